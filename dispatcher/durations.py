@@ -1,0 +1,30 @@
+"""Human durations for flags and environment: `250ms`, `60s`, `5m`, `1h`, `7d`, or bare seconds."""
+
+from __future__ import annotations
+
+import re
+
+from dispatcher.errors import ConfigError
+
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration_s(text: str) -> float:
+    """Seconds in `text`; raises ConfigError naming the accepted forms when it is not a duration."""
+    match = _PATTERN.match(text)
+    if match is None:
+        raise ConfigError(
+            f"invalid duration {text!r}: use a number with a unit ms, s, m, h or d, e.g. 60s or 1h"
+        )
+    number, unit = match.groups()
+    return float(number) * _UNITS_S[unit or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact form of `seconds` among the units `parse_duration_s` accepts."""
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS_S[unit]
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    return f"{round(seconds * 1000)}ms"

@@ -1,0 +1,80 @@
+"""Where the Kafka cluster and the PostgreSQL registry are.
+
+Precedence, highest first: an explicit value (a flag), a `WAITLINE_*` environment variable, the
+connection file that `waitline dev up` writes (`$WAITLINE_STATE_DIR/stack.json`, default
+`./.waitline/stack.json`). A value found nowhere raises `EndpointNotConfiguredError` with a
+message saying how to provide it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher.errors import ConfigError
+
+STATE_DIR_ENV = "WAITLINE_STATE_DIR"
+BOOTSTRAP_ENV = "WAITLINE_BOOTSTRAP_SERVERS"
+DSN_ENV = "WAITLINE_PG_DSN"
+
+
+class EndpointNotConfiguredError(ConfigError):
+    """Neither a flag, the environment nor a running local stack names the endpoint."""
+
+
+def state_dir() -> Path:
+    """The local stack's state folder (data, logs, connection file)."""
+    return Path(os.environ.get(STATE_DIR_ENV, ".waitline")).resolve()
+
+
+def connection_file() -> Path:
+    return state_dir() / "stack.json"
+
+
+@dataclass(frozen=True)
+class StackConnection:
+    """What `waitline dev up` publishes for the other commands."""
+
+    bootstrap_servers: str
+    pg_dsn: str
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"bootstrap_servers": self.bootstrap_servers,
+                                   "pg_dsn": self.pg_dsn}, indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, path: Path) -> StackConnection | None:
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read the connection file {path}: {exc}") from exc
+        return cls(bootstrap_servers=str(data["bootstrap_servers"]), pg_dsn=str(data["pg_dsn"]))
+
+
+def _resolve(explicit: str | None, env_name: str, field: str, what: str) -> str:
+    if explicit:
+        return explicit
+    if from_env := os.environ.get(env_name):
+        return from_env
+    stack = StackConnection.read(connection_file())
+    if stack is not None:
+        return str(getattr(stack, field))
+    raise EndpointNotConfiguredError(
+        f"no {what} configured: pass it as a flag, set {env_name}, "
+        f"or start the local stack with `waitline dev up` (looked for {connection_file()})"
+    )
+
+
+def resolve_bootstrap_servers(explicit: str | None = None) -> str:
+    return _resolve(explicit, BOOTSTRAP_ENV, "bootstrap_servers", "Kafka bootstrap servers")
+
+
+def resolve_pg_dsn(explicit: str | None = None) -> str:
+    return _resolve(explicit, DSN_ENV, "pg_dsn", "PostgreSQL DSN")
