@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import click
+import typer
 import typer.main
+from typer.core import TyperGroup
 
 # name -> (module:attribute of a typer.Typer, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -23,39 +24,56 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    """A click group that imports a sub-command's module only when it is used."""
+class LazyGroup(TyperGroup):
+    """A group that imports a sub-command's module only when that sub-command is asked for."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return sorted(SUBCOMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in SUBCOMMANDS:
             return None
-        target, _ = SUBCOMMANDS[cmd_name]
+        target, help_text = SUBCOMMANDS[cmd_name]
         module_name, attr = target.split(":")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            raise click.ClickException(
-                f"`waitline {cmd_name}` needs a module that is not installed ({exc.name}); "
-                "install the matching extra, e.g. `pip install waitline[spark,loadtest]`"
-            ) from exc
-        sub: Any = getattr(module, attr)
-        command = typer.main.get_command(sub)
-        command.help = command.help or SUBCOMMANDS[cmd_name][1]
+            return typer.main.get_command(_unavailable(cmd_name, help_text, str(exc.name)))
+        command = typer.main.get_command(getattr(module, attr))
+        command.name = cmd_name
+        command.help = command.help or help_text
         return command
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, help_text) for name, (_, help_text) in sorted(SUBCOMMANDS.items())]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+
+def _unavailable(cmd_name: str, help_text: str, missing: str) -> typer.Typer:
+    """A stand-in that lists the sub-command in help and explains why it cannot run."""
+    stand_in = typer.Typer(add_completion=False)
+
+    @stand_in.command(name=cmd_name, help=f"{help_text} [unavailable: {missing} missing]",
+                      context_settings={"ignore_unknown_options": True,
+                                        "allow_extra_args": True})
+    def unavailable() -> None:
+        typer.echo(f"`waitline {cmd_name}` needs {missing}, which is not installed; install the "
+                   "matching extra, e.g. `pip install 'waitline[spark,loadtest]'`", err=True)
+        raise typer.Exit(2)
+
+    return stand_in
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+app = typer.Typer(
+    add_completion=False,
+    cls=LazyGroup,
+    help="Waitline: dispatch Kafka records to a slow counterparty, at least once.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root() -> None:
     """Waitline: dispatch Kafka records to a slow counterparty, at least once."""
 
 
 def main() -> None:
-    cli()
+    app()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh clone: system packages, the Python environment, and the jars
+# the local stack needs (Kafka broker, Spark's Kafka connector), cached so runs work offline.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CACHE="${WAITLINE_CACHE_DIR:-$PWD/.cache}"
+export UV_PYTHON_DOWNLOADS=never
+
+step() { printf '\n==> %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+  echo "need root to run: $*" >&2; exit 1; fi; }
+
+missing=()
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  # Debian starts a default cluster on install; we run our own, so keep that one off.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  if command -v pg_ctlcluster >/dev/null; then
+    as_root bash -c 'for c in /etc/postgresql/*/main; do [ -d "$c" ] && pg_ctlcluster "$(basename "$(dirname "$c")")" main stop || true; done' 2>/dev/null || true
+  fi
+fi
+
+if ! command -v uv >/dev/null; then
+  step "installing uv"
+  python3 -m pip install --quiet --disable-pip-version-check 'uv>=0.13,<0.14'
+fi
+step "Python environment (.venv, from uv.lock)"
+uv sync --frozen --all-extras --quiet
+
+fetch_jars() {  # fetch_jars NAME POM: copy the POM's runtime dependencies to $CACHE/NAME once
+  local name=$1 pom=$2 dest="$CACHE/$1" stamp="$CACHE/$1.sha256"
+  local want; want=$(sha256sum "$pom" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$dest" ]; then return; fi
+  step "fetching $name from Maven Central"
+  rm -rf "$dest"; mkdir -p "$dest"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dest"
+  echo "$want" > "$stamp"
+}
+fetch_jars kafka-libs compose/local/kafka/pom.xml
+if [ -f compose/local/spark/pom.xml ]; then fetch_jars spark-jars compose/local/spark/pom.xml; fi
+step "set-up complete"

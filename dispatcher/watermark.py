@@ -1,0 +1,131 @@
+"""The "commit only what is prepared" invariant (DESIGN.md "Invariants"), as pure bookkeeping.
+
+A partition's committable offset is the lowest fetched offset whose record is not yet prepared
+(its wait record, or for a record that skips the wait topic its DLQ record, is not durable), or
+one past the highest fetched offset when every fetched record is prepared. Committing it can
+never skip an unprepared record, however out of order the prepares complete.
+
+Memory: only unprepared offsets are kept, plus a queue holding them in order that is compacted
+whenever it grows past twice their number, so a long-stuck prepare does not make memory grow
+with the records prepared after it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+TopicPartitionKey = tuple[str, int]
+
+# Compaction slack: below this many stale queue entries, compacting costs more than it saves.
+_COMPACT_SLACK = 32
+
+
+class OffsetWatermark:
+    """Tracks one partition's fetched offsets and which of them are prepared."""
+
+    __slots__ = ("_end", "_in_order", "_unprepared")
+
+    def __init__(self) -> None:
+        self._end: int | None = None  # one past the highest tracked offset
+        self._unprepared: set[int] = set()
+        # Unprepared offsets in increasing order, plus lazily dropped prepared ones; the front,
+        # when there is one, is always unprepared.
+        self._in_order: deque[int] = deque()
+
+    def track(self, offset: int) -> None:
+        """Record a fetched offset; offsets must strictly increase (gaps are fine)."""
+        if offset < 0:
+            raise ValueError(f"offset {offset} is negative")
+        if self._end is not None and offset < self._end:
+            raise ValueError(
+                f"offset {offset} tracked after {self._end - 1}: offsets must strictly increase"
+            )
+        self._end = offset + 1
+        self._unprepared.add(offset)
+        self._in_order.append(offset)
+
+    def mark_prepared(self, offset: int) -> None:
+        """Record that `offset`'s record is durable elsewhere; repeating it is a no-op.
+
+        ValueError for an offset at or past the highest tracked one. An offset below it that is
+        not pending counts as already prepared: telling it apart from a gap in the tracked
+        offsets would need memory of every prepared offset.
+        """
+        if offset in self._unprepared:
+            self._unprepared.remove(offset)
+            self._drop_prepared_front()
+            return
+        if self._end is None or offset >= self._end or offset < 0:
+            raise ValueError(f"offset {offset} was never tracked")
+
+    def committable(self) -> int | None:
+        """The offset to commit: lowest unprepared, else one past the highest tracked.
+
+        None before any offset is tracked.
+        """
+        if self._in_order:
+            return self._in_order[0]
+        return self._end
+
+    @property
+    def pending(self) -> int:
+        """How many tracked offsets are not yet prepared."""
+        return len(self._unprepared)
+
+    def _drop_prepared_front(self) -> None:
+        in_order, unprepared = self._in_order, self._unprepared
+        while in_order and in_order[0] not in unprepared:
+            in_order.popleft()
+        if len(in_order) > 2 * len(unprepared) + _COMPACT_SLACK:
+            self._in_order = deque(offset for offset in in_order if offset in unprepared)
+
+
+class PartitionWatermarks:
+    """Watermarks of every assigned partition and the offset last committed for each."""
+
+    __slots__ = ("_committed", "_watermarks")
+
+    def __init__(self) -> None:
+        self._watermarks: dict[TopicPartitionKey, OffsetWatermark] = {}
+        self._committed: dict[TopicPartitionKey, int] = {}
+
+    def track(self, tp: TopicPartitionKey, offset: int) -> None:
+        """Record a fetched offset of `tp` (see OffsetWatermark.track)."""
+        watermark = self._watermarks.get(tp)
+        if watermark is None:
+            watermark = self._watermarks[tp] = OffsetWatermark()
+        watermark.track(offset)
+
+    def mark_prepared(self, tp: TopicPartitionKey, offset: int) -> None:
+        """Record that `tp`'s `offset` is prepared; ValueError for a partition never tracked."""
+        watermark = self._watermarks.get(tp)
+        if watermark is None:
+            raise ValueError(f"partition {tp[0]}/{tp[1]} has no tracked offsets")
+        watermark.mark_prepared(offset)
+
+    def pending(self, tp: TopicPartitionKey) -> int:
+        """How many of `tp`'s tracked offsets are not yet prepared (0 for an unknown one)."""
+        watermark = self._watermarks.get(tp)
+        return 0 if watermark is None else watermark.pending
+
+    def commits_due(self) -> dict[TopicPartitionKey, int]:
+        """Partitions whose committable offset is past the one last committed, with that offset."""
+        due: dict[TopicPartitionKey, int] = {}
+        for tp, watermark in self._watermarks.items():
+            offset = watermark.committable()
+            if offset is not None and offset > self._committed.get(tp, -1):
+                due[tp] = offset
+        return due
+
+    def mark_committed(self, tp: TopicPartitionKey, offset: int) -> None:
+        """Record a successful commit of `offset` for `tp`.
+
+        Also call it on assignment with the group's committed offset, so that offset is not
+        committed again. A commit that completes after a later one changes nothing.
+        """
+        self._committed[tp] = max(offset, self._committed.get(tp, -1))
+
+    def forget(self, tp: TopicPartitionKey) -> None:
+        """Drop everything about `tp` (it was revoked or lost)."""
+        self._watermarks.pop(tp, None)
+        self._committed.pop(tp, None)

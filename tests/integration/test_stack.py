@@ -1,0 +1,143 @@
+"""The local stack (`waitline dev`) and smoke tests of the real services it starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from loadtest.stack import LocalStack, StackPorts, _pid_alive, free_port
+
+pytestmark = pytest.mark.integration
+
+
+async def test_kafka_round_trips_binary_keys_and_headers_with_committed_offsets(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Records with binary keys/headers come back intact through a group that commits."""
+    topic, group = unique_name("smoke"), unique_name("smoke-group")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    finally:
+        await admin.close()
+    sent = [(bytes([i, 0xFF, 0x00, 0x80]), f"value-{i}".encode(),
+             [("bin", bytes([0xC3, 0x28, i])), ("text", "ünïcode".encode())]) for i in range(20)]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value, headers in sent:
+            await producer.send_and_wait(topic, value, key=key, headers=headers)
+    finally:
+        await producer.stop()
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, group_id=group,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    received = []
+    try:
+        async with asyncio.timeout(30):
+            while len(received) < len(sent):
+                batch = await consumer.getmany(timeout_ms=500)
+                for records in batch.values():
+                    received.extend((r.key, r.value, list(r.headers)) for r in records)
+        await consumer.commit()
+        committed = {p: await consumer.committed(TopicPartition(topic, p)) for p in (0, 1)}
+    finally:
+        await consumer.stop()
+    assert sorted(received) == sorted(sent)
+    assert sum(offset or 0 for offset in committed.values()) == len(sent)
+
+
+def test_postgres_round_trips_a_row_in_the_migrated_database(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn) as conn:
+        applied = conn.execute("SELECT count(*) FROM waitline_schema_migrations").fetchone()
+        conn.execute("CREATE TEMP TABLE smoke (id int PRIMARY KEY, body bytea, meta jsonb)")
+        conn.execute("INSERT INTO smoke VALUES (%s, %s, %s::jsonb)",
+                     (1, b"\x00\xff", json.dumps({"k": "v"})))
+        row = conn.execute("SELECT id, body, meta FROM smoke").fetchone()
+    assert applied is not None and applied[0] >= 1
+    assert row == (1, b"\x00\xff", {"k": "v"})
+
+
+def _waitline(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WAITLINE_STATE_DIR": str(state_dir)}
+    env.pop("WAITLINE_BOOTSTRAP_SERVERS", None)
+    env.pop("WAITLINE_PG_DSN", None)
+    return subprocess.run([sys.executable, "-m", "dispatcher", *args], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+
+
+def _stack_pids(state_dir: Path) -> list[int]:
+    stack = LocalStack(state_dir)
+    return [pid for pid in (stack.kafka.pid(), stack.postgres.pid()) if pid is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_dev_up_status_down_up_again(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`waitline dev` is idempotent, reports health and leaves no process behind."""
+    state_dir = tmp_path_factory.mktemp("devstack")
+    state_dir.chmod(0o755)
+    state_dir.parent.chmod(0o755)
+    ports = StackPorts(free_port(), free_port(), free_port())
+    (state_dir / "ports.json").write_text(json.dumps(ports.__dict__))
+    try:
+        first = _waitline(state_dir, "dev", "up")
+        assert first.returncode == 0, first.stderr + first.stdout
+        assert "started: postgres, kafka" in first.stdout
+
+        again = _waitline(state_dir, "dev", "up")
+        assert again.returncode == 0 and "already running" in again.stdout
+
+        status = _waitline(state_dir, "dev", "status", "--json")
+        assert status.returncode == 0, status.stdout
+        report = json.loads(status.stdout)
+        assert report["bootstrap_servers"] == f"127.0.0.1:{ports.kafka}"
+        assert report["pg_dsn"].startswith(f"postgresql://postgres@127.0.0.1:{ports.postgres}/")
+        assert all(s["healthy"] for s in report["services"])
+        connection = json.loads((state_dir / "stack.json").read_text())
+        assert connection["bootstrap_servers"] == report["bootstrap_servers"]
+        pids = _stack_pids(state_dir)
+        assert len(pids) == 2
+
+        down = _waitline(state_dir, "dev", "down")
+        assert down.returncode == 0 and "stopped: kafka, postgres" in down.stdout
+        assert not any(_pid_alive(pid) for pid in pids)
+        assert not (state_dir / "stack.json").exists()
+        stopped = _waitline(state_dir, "dev", "status")
+        assert stopped.returncode == 1 and "stopped" in stopped.stdout
+
+        revived = _waitline(state_dir, "dev", "up")
+        assert revived.returncode == 0 and "started: postgres, kafka" in revived.stdout
+    finally:
+        _waitline(state_dir, "dev", "down")
+    assert _stack_pids(state_dir) == []
+
+
+def test_dev_up_reports_a_failing_service_with_its_log(tmp_path: Path) -> None:
+    """A service that cannot start gives a clear error with its log, not a hang."""
+    tmp_path.chmod(0o755)
+    busy = free_port()
+    stack = LocalStack(tmp_path, StackPorts(free_port(), free_port(), busy))
+    stack.postgres.start()
+    try:
+        clash = LocalStack(tmp_path / "other", StackPorts(free_port(), free_port(), busy))
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other").chmod(0o755)
+        with pytest.raises(Exception, match="PostgreSQL failed to start") as info:
+            clash.postgres.start()
+        assert "Last lines of" in str(info.value)
+    finally:
+        stack.postgres.stop()
