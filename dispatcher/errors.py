@@ -8,6 +8,8 @@
     │   ├── RetriableCounterpartyError   408/429/5xx, connection errors: retried within the deadline
     │   └── PermanentCounterpartyError   other 4xx: sent to the DLQ at once
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
+    ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
+    ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
 Library errors (aiokafka, httpx, psycopg) are translated at the module that talks to them.
@@ -44,6 +46,16 @@ class PermanentCounterpartyError(CounterpartyError):
 
 class StackError(WaitlineError):
     """A local service could not be started, reached or stopped."""
+
+
+class ProduceError(WaitlineError):
+    """Records could not be written to Kafka; the message names the topic and the cause."""
+
+
+class RegistryError(WaitlineError):
+    """The wait registry could not be read or written; the message names the cause."""
+
+    retriable = True
 
 
 class TopicSetupError(WaitlineError):

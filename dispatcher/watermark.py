@@ -125,6 +125,10 @@ class PartitionWatermarks:
         """
         self._committed[tp] = max(offset, self._committed.get(tp, -1))
 
+    def last_committed(self, tp: TopicPartitionKey) -> int | None:
+        """The offset last committed (or found committed at assignment) for `tp`."""
+        return self._committed.get(tp)
+
     def forget(self, tp: TopicPartitionKey) -> None:
         """Drop everything about `tp` (it was revoked or lost)."""
         self._watermarks.pop(tp, None)

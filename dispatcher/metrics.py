@@ -1,0 +1,97 @@
+"""Prometheus metrics of one dispatcher, and the HTTP endpoint that serves them with health.
+
+`/metrics` (Prometheus text), `/healthz` (the event loop answers) and `/readyz` (the engine has
+joined its group and holds partitions, or is running with nothing to do yet) on one port.
+Each `DispatcherMetrics` has its own registry, so tests can run several engines in one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS_S = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
+                     60.0, 120.0)
+
+
+class DispatcherMetrics:
+    """The pod's counters and gauges; names start with `waitline_`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.fetched = Counter("waitline_records_fetched", "Records fetched from input topics.",
+                               registry=r)
+        self.prepared = Counter("waitline_records_prepared",
+                                "Wait records acknowledged (source offset now committable).",
+                                registry=r)
+        self.outcomes = Counter("waitline_records_finished",
+                                "Records finished, by outcome (success, failure class).",
+                                ["outcome"], registry=r)
+        self.in_flight = Gauge("waitline_in_flight", "Records between fetched and finished.",
+                               registry=r)
+        self.window = Gauge("waitline_window", "Configured window (max records in flight).",
+                            registry=r)
+        self.call_latency = Histogram("waitline_counterparty_latency_seconds",
+                                      "Counterparty call time, retries included.",
+                                      buckets=LATENCY_BUCKETS_S, registry=r)
+        self.commit_lag = Gauge("waitline_committed_offset_lag",
+                                "Records between the committed offset and the high watermark, "
+                                "summed over assigned partitions.", registry=r)
+        self.actuality_lag = Gauge("waitline_actuality_lag_seconds",
+                                   "Now minus the timestamp of the oldest record whose offset "
+                                   "is not committed yet (0 when caught up).", registry=r)
+        self.commits = Counter("waitline_commits", "Offset commits, by result.", ["result"],
+                               registry=r)
+        self.produce_errors = Counter("waitline_produce_errors",
+                                      "Records that could not be written (non-retriable).",
+                                      ["topic_role"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """Serves `/metrics`, `/healthz` and `/readyz`; owned by the pod (start/stop)."""
+
+    def __init__(self, metrics: DispatcherMetrics, ready: Callable[[], bool],
+                 host: str, port: int) -> None:
+        self._metrics = metrics
+        self._ready = ready
+        self._host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self.bound_port: int | None = None
+
+    async def _metrics_handler(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self._metrics.exposition(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readiness(self, _request: web.Request) -> web.Response:
+        if self._ready():
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/readyz", self._readiness)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.bound_port = int(sockets[0].getsockname()[1]) if sockets else self._port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

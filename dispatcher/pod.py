@@ -1,0 +1,105 @@
+"""The long-running pod: wires settings, Kafka clients, the counterparty, metrics and an engine.
+
+SIGTERM or SIGINT stops fetching; in-flight records get the drain grace period; offsets are
+committed; the process exits 0. What is still in flight then stays in the wait registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Protocol
+
+from dispatcher.batch import BatchEngine
+from dispatcher.counterparty import HttpCounterparty
+from dispatcher.engine import AtLeastOnceEngine
+from dispatcher.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
+from dispatcher.metrics import DispatcherMetrics, MetricsServer
+from dispatcher.settings import DispatchSettings, KafkaConfig, Mode, TopicConfig
+from dispatcher.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
+
+
+class Engine(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+def is_loopback(bootstrap_servers: str) -> bool:
+    """True when every bootstrap server is on this machine (the local stack)."""
+    hosts = [s.strip().rsplit(":", 1)[0] for s in bootstrap_servers.split(",") if s.strip()]
+    return bool(hosts) and all(h.startswith(LOOPBACK_HOSTS) for h in hosts)
+
+
+def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig) -> str:
+    """One line that says what this pod does (no secrets)."""
+    window = settings.window()
+    result = f", result → {topics.result_topic}" if topics.result_topic else ""
+    wait = f", wait → {topics.wait_topic}" if window.mode is Mode.AT_LEAST_ONCE else ""
+    return (f"mode={window.mode} concurrency={window.concurrency} deadline={settings.deadline:g}s"
+            f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
+            f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
+            f"({kafka.security_protocol}); counterparty={settings.counterparty_url}")
+
+
+async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or `stop` is set)."""
+    stop = stop or asyncio.Event()
+    kafka = settings.kafka()
+    topics = settings.topics(local_stack=is_loopback(kafka.bootstrap_servers))
+    window = settings.window()
+    log.info("starting: %s", describe(settings, kafka, topics))
+    await ensure_topics(kafka, topics, with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, _stopper(stop, signum))
+    metrics = DispatcherMetrics()
+    producer = make_producer(kafka)
+    consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency)
+    server: MetricsServer | None = None
+    try:
+        await producer.start()
+        await consumer.start()
+        async with HttpCounterparty(settings.counterparty()) as counterparty:
+            writer = AckedWriter(producer)
+            engine: Engine
+            if window.mode is Mode.BATCH:
+                engine = BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
+                                     topics=topics, window=window, metrics=metrics)
+            else:
+                engine = AtLeastOnceEngine(consumer=consumer, writer=writer,
+                                           counterparty=counterparty, topics=topics,
+                                           window=window, metrics=metrics)
+            obs = settings.observability()
+            if obs.metrics_port is not None:
+                server = MetricsServer(metrics, lambda: engine.ready, obs.metrics_host,
+                                       obs.metrics_port)
+                await server.start()
+                log.info("metrics and health on http://%s:%s/metrics", obs.metrics_host,
+                         server.bound_port)
+            await engine.run(stop)
+    finally:
+        if server is not None:
+            await server.stop()
+        await stop_quietly(consumer)
+        await stop_quietly(producer)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    log.info("stopped cleanly")
+
+
+def _stopper(stop: asyncio.Event, signum: int) -> Callable[[], None]:
+    def handler() -> None:
+        if not stop.is_set():
+            log.info("%s received: stopping fetch and draining", signal.Signals(signum).name)
+        stop.set()
+
+    return handler

@@ -1,0 +1,87 @@
+"""`waitline dispatch`: the pod's command line. Every flag is also a `WAITLINE_*` variable."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+from dispatcher.errors import WaitlineError
+from dispatcher.logs import configure_logging
+from dispatcher.settings import LogFormat, Mode, load_settings
+
+app = typer.Typer(add_completion=False)
+
+_KAFKA = "Kafka"
+_TOPICS = "Topics"
+_WINDOW = "Window and deadlines"
+_OBS = "Observability"
+
+
+def _opt(help_text: str, env: str, panel: str) -> Any:
+    return typer.Option(help=help_text, envvar=f"WAITLINE_{env}", rich_help_panel=panel,
+                        show_envvar=True)
+
+
+@app.command(name="dispatch")
+def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares them
+    input_topic: Annotated[str, _opt("Topic(s) to consume, comma-separated.", "INPUT_TOPIC",
+                                     _TOPICS)],
+    group: Annotated[str, _opt("Consumer group; also names the default wait/DLQ topics.",
+                               "GROUP", _TOPICS)],
+    counterparty_url: Annotated[str, _opt("URL each record value is POSTed to.",
+                                          "COUNTERPARTY_URL", _WINDOW)],
+    mode: Annotated[Mode, _opt("at-least-once (wait topic) or batch (the classic loop).",
+                               "MODE", _WINDOW)] = Mode.AT_LEAST_ONCE,
+    concurrency: Annotated[int, _opt("Records in flight (the window N).", "CONCURRENCY",
+                                     _WINDOW)] = 100,
+    deadline: Annotated[str, _opt("Overall deadline of one call, retries included.",
+                                  "DEADLINE", _WINDOW)] = "60s",
+    wait_expiration: Annotated[str, _opt("When an unfinished wait record expires to the DLQ; "
+                                         "must exceed --deadline.", "WAIT_EXPIRATION",
+                                         _WINDOW)] = "1h",
+    commit_interval: Annotated[str, _opt("How often offsets are committed.", "COMMIT_INTERVAL",
+                                         _WINDOW)] = "1s",
+    drain_grace: Annotated[str, _opt("On SIGTERM, how long in-flight records may finish.",
+                                     "DRAIN_GRACE", _WINDOW)] = "30s",
+    wait_topic: Annotated[str | None, _opt("Wait topic (default: GROUP.wait).", "WAIT_TOPIC",
+                                           _TOPICS)] = None,
+    dlq_topic: Annotated[str | None, _opt("DLQ topic (default: GROUP.dlq).", "DLQ_TOPIC",
+                                          _TOPICS)] = None,
+    result_topic: Annotated[str | None, _opt("Result topic for successful calls (optional).",
+                                             "RESULT_TOPIC", _TOPICS)] = None,
+    create_topics: Annotated[bool | None, _opt("Create missing wait/DLQ/result topics "
+                                               "(default: only against a loopback cluster).",
+                                               "CREATE_TOPICS", _TOPICS)] = None,
+    bootstrap_servers: Annotated[str | None, _opt("Kafka bootstrap servers (default: the "
+                                                  "local stack's).", "BOOTSTRAP_SERVERS",
+                                                  _KAFKA)] = None,
+    security_protocol: Annotated[str, _opt("PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.",
+                                           "SECURITY_PROTOCOL", _KAFKA)] = "PLAINTEXT",
+    sasl_mechanism: Annotated[str | None, _opt("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+                                               "SASL_MECHANISM", _KAFKA)] = None,
+    sasl_username: Annotated[str | None, _opt("SASL user.", "SASL_USERNAME", _KAFKA)] = None,
+    sasl_password: Annotated[str | None, _opt("SASL password (never logged).", "SASL_PASSWORD",
+                                              _KAFKA)] = None,
+    ssl_cafile: Annotated[str | None, _opt("CA bundle for SSL.", "SSL_CAFILE", _KAFKA)] = None,
+    metrics_port: Annotated[int | None, _opt("Port for /metrics, /healthz, /readyz (0 = any "
+                                             "free port; unset = off).", "METRICS_PORT",
+                                             _OBS)] = None,
+    metrics_host: Annotated[str, _opt("Address the metrics server binds.", "METRICS_HOST",
+                                      _OBS)] = "127.0.0.1",
+    log_format: Annotated[LogFormat, _opt("console or json.", "LOG_FORMAT",
+                                          _OBS)] = LogFormat.CONSOLE,
+    log_level: Annotated[str, _opt("DEBUG, INFO, WARNING, ERROR.", "LOG_LEVEL", _OBS)] = "INFO",
+) -> None:
+    """Dispatch records to the counterparty, at least once (long-running; SIGTERM drains)."""
+    flags = dict(locals())
+    from dispatcher.pod import run_pod  # noqa: PLC0415 - keep `--help` fast
+
+    try:
+        settings = load_settings(**flags)
+        configure_logging(settings.log_format, settings.log_level)
+        asyncio.run(run_pod(settings))
+    except WaitlineError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc

@@ -1,0 +1,224 @@
+"""The pod's configuration: every `waitline dispatch` flag, also read as a `WAITLINE_*` variable.
+
+`DispatchSettings` is the flat, validated view (flags > environment > defaults, via
+pydantic-settings); the engine takes the grouped, frozen views it builds once: `KafkaConfig`,
+`TopicConfig`, `WindowConfig`, `CounterpartySettings`, `ObservabilityConfig`. Invalid values raise
+`ConfigError` with one line per problem, naming the flag.
+"""
+
+from __future__ import annotations
+
+import enum
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dispatcher.counterparty import CounterpartySettings
+from dispatcher.durations import parse_duration_s
+from dispatcher.endpoints import resolve_bootstrap_servers
+from dispatcher.errors import ConfigError
+
+DEFAULT_DELETE_RETENTION_S = 7 * 86400
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+
+
+class Mode(enum.StrEnum):
+    AT_LEAST_ONCE = "at-least-once"
+    BATCH = "batch"
+
+
+class LogFormat(enum.StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """How to reach the cluster; security settings pass through to aiokafka unchanged."""
+
+    bootstrap_servers: str
+    client_id: str
+    security_protocol: str
+    sasl_mechanism: str | None
+    sasl_plain_username: str | None
+    sasl_plain_password: SecretStr | None
+    ssl_cafile: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments common to aiokafka's consumer, producer and admin client."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_plain_username
+            if self.sasl_plain_password is not None:
+                options["sasl_plain_password"] = self.sasl_plain_password.get_secret_value()
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            context = ssl.create_default_context(cafile=self.ssl_cafile)
+            if self.ssl_certfile:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            options["ssl_context"] = context
+        return options
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    input_topics: tuple[str, ...]
+    group: str
+    wait_topic: str
+    dlq_topic: str
+    result_topic: str | None
+    create_missing: bool
+    delete_retention_s: float
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    mode: Mode
+    concurrency: int
+    wait_expiration_s: float
+    commit_interval_s: float
+    drain_grace_s: float
+
+
+@dataclass(frozen=True)
+class ObservabilityConfig:
+    metrics_host: str
+    metrics_port: int | None
+    log_format: LogFormat
+    log_level: str
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    return parse_duration_s(str(value))
+
+
+class DispatchSettings(BaseSettings):
+    """Flat settings, one field per flag; `WAITLINE_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="WAITLINE_", extra="forbid", frozen=True)
+
+    input_topic: str = Field(description="topic(s) to consume, comma-separated")
+    group: str
+    counterparty_url: str
+    mode: Mode = Mode.AT_LEAST_ONCE
+    concurrency: int = Field(100, ge=1, le=100_000)
+    deadline: float = 60.0
+    wait_expiration: float = 3600.0
+    commit_interval: float = 1.0
+    drain_grace: float = 30.0
+    wait_topic: str | None = None
+    dlq_topic: str | None = None
+    result_topic: str | None = None
+    create_topics: bool | None = None
+    delete_retention: float = float(DEFAULT_DELETE_RETENTION_S)
+    bootstrap_servers: str | None = None
+    client_id: str = "waitline"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    log_format: LogFormat = LogFormat.CONSOLE
+    log_level: str = "INFO"
+
+    @field_validator("deadline", "wait_expiration", "commit_interval", "drain_grace",
+                     "delete_retention", mode="before")
+    @classmethod
+    def _parse_duration(cls, value: Any) -> float:
+        seconds = _duration(value)
+        if seconds <= 0:
+            raise ValueError("must be a positive duration")
+        return seconds
+
+    @field_validator("security_protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        allowed = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+        if value.upper() not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value.upper()
+
+    @model_validator(mode="after")
+    def _expiration_outlives_deadline(self) -> DispatchSettings:
+        if self.wait_expiration <= self.deadline:
+            raise ValueError(
+                f"--wait-expiration ({self.wait_expiration:g} s) must exceed --deadline "
+                f"({self.deadline:g} s): a wait record that expires while its call can still "
+                "succeed would be sent to the DLQ by the reconciliation job as well"
+            )
+        if not self.input_topics():
+            raise ValueError("--input-topic names no topic")
+        return self
+
+    def input_topics(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.input_topic.split(",") if t.strip())
+
+    def kafka(self) -> KafkaConfig:
+        return KafkaConfig(
+            bootstrap_servers=resolve_bootstrap_servers(self.bootstrap_servers),
+            client_id=self.client_id,
+            security_protocol=self.security_protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_plain_username=self.sasl_username,
+            sasl_plain_password=self.sasl_password,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+        )
+
+    def topics(self, *, local_stack: bool) -> TopicConfig:
+        """Topic names default from the group; creation defaults on against the local stack."""
+        return TopicConfig(
+            input_topics=self.input_topics(),
+            group=self.group,
+            wait_topic=self.wait_topic or f"{self.group}.wait",
+            dlq_topic=self.dlq_topic or f"{self.group}.dlq",
+            result_topic=self.result_topic,
+            create_missing=local_stack if self.create_topics is None else self.create_topics,
+            delete_retention_s=self.delete_retention,
+        )
+
+    def window(self) -> WindowConfig:
+        return WindowConfig(mode=self.mode, concurrency=self.concurrency,
+                            wait_expiration_s=self.wait_expiration,
+                            commit_interval_s=self.commit_interval,
+                            drain_grace_s=self.drain_grace)
+
+    def counterparty(self) -> CounterpartySettings:
+        return CounterpartySettings(url=self.counterparty_url, deadline_s=self.deadline,
+                                    max_connections=self.concurrency)
+
+    def observability(self) -> ObservabilityConfig:
+        return ObservabilityConfig(metrics_host=self.metrics_host, metrics_port=self.metrics_port,
+                                   log_format=self.log_format, log_level=self.log_level.upper())
+
+
+def load_settings(**flags: Any) -> DispatchSettings:
+    """Settings from the given flags (None = not given) over the environment; ConfigError on
+    invalid input, listing every problem with the flag it concerns."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    try:
+        return DispatchSettings(**given)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"])
+            where = f"--{field.replace('_', '-')}" if field else "settings"
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{where} (or WAITLINE_{field.upper()}): {message}")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
