@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -59,11 +60,15 @@ class BatchEngine:
             self._metrics.fetched.inc(len(records))
             self._in_flight = len(records)
             self._metrics.in_flight.set(len(records))
+            started = time.monotonic()
             await asyncio.gather(*(self._process(r) for r in records))
             self._in_flight = 0
             self._metrics.in_flight.set(0)
             await self._commit({TopicPartition(tp.topic, tp.partition): rs[-1].offset + 1
                                 for tp, rs in batch.items()})
+            elapsed = time.monotonic() - started
+            for _ in records:
+                self._metrics.record_duration.observe(elapsed)
 
     async def _process(self, source: SourceRecord) -> None:
         if source.value is None:

@@ -165,6 +165,7 @@ class AtLeastOnceEngine:
 
     async def _dispatch(self, source: SourceRecord, pending: _Unprepared) -> None:
         key = (source.topic, source.partition)
+        fetched_at = time.monotonic()
         try:
             if source.value is None:
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
@@ -188,6 +189,7 @@ class AtLeastOnceEngine:
             await self._outcomes.settle(source, wait_id, outcome)
             await self._writer.write(self._topics.wait_topic,
                                      wait_tombstone(source, self._topics.group, expires_at))
+            self._metrics.record_duration.observe(time.monotonic() - fetched_at)
         except ProduceError:
             self._metrics.produce_errors.labels("outcome").inc()
             log.exception("cannot write the outcome of %s/%d@%d; it stays open in the wait "

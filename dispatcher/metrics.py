@@ -16,6 +16,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 LATENCY_BUCKETS_S = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
                      60.0, 120.0)
 
+RECORD_BUCKETS_S = (0.05, 0.1, 0.15, 0.2, 0.225, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.1, 1.25, 1.5,
+                    2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 61.0, 65.0, 75.0, 90.0, 120.0)
+
 
 class DispatcherMetrics:
     """The pod's counters and gauges; names start with `waitline_`."""
@@ -38,6 +41,10 @@ class DispatcherMetrics:
         self.call_latency = Histogram("waitline_counterparty_latency_seconds",
                                       "Counterparty call time, retries included.",
                                       buckets=LATENCY_BUCKETS_S, registry=r)
+        self.record_duration = Histogram("waitline_record_duration_seconds",
+                                         "Time from fetch until the record is finished "
+                                         "(outcome durable; in batch mode, its batch committed).",
+                                         buckets=RECORD_BUCKETS_S, registry=r)
         self.commit_lag = Gauge("waitline_committed_offset_lag",
                                 "Records between the committed offset and the high watermark, "
                                 "summed over assigned partitions.", registry=r)
