@@ -4,15 +4,14 @@
     ├── ConfigError                 bad flags, environment or settings; never retried
     │   └── EndpointNotConfiguredError (dispatcher.endpoints)
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
-    ├── CounterpartyError           a call to the counterparty failed (see dispatcher.counterparty)
-    │   ├── RetriableCounterpartyError   408/429/5xx, connection errors: retried within the deadline
-    │   └── PermanentCounterpartyError   other 4xx: sent to the DLQ at once
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
-Library errors (aiokafka, httpx, psycopg) are translated at the module that talks to them.
+Counterparty problems are not exceptions: `Counterparty.call` returns a `CallOutcome` (see
+dispatcher.outcome). Library errors (aiokafka, aiohttp, psycopg) are translated at the module
+that talks to them.
 """
 
 from __future__ import annotations
@@ -30,18 +29,6 @@ class ConfigError(WaitlineError):
 
 class WireFormatError(WaitlineError):
     """A record's key, value or headers break the wire format."""
-
-
-class CounterpartyError(WaitlineError):
-    """A counterparty call failed."""
-
-
-class RetriableCounterpartyError(CounterpartyError):
-    retriable = True
-
-
-class PermanentCounterpartyError(CounterpartyError):
-    retriable = False
 
 
 class StackError(WaitlineError):

@@ -43,6 +43,17 @@ class AckedWriter:
 
     async def write(self, topic: str, record: OutgoingRecord) -> None:
         headers = [(name, value) for name, value in record.headers]
+        try:  # the common case, without the retry machinery's cost per record
+            await self._producer.send_and_wait(topic, record.value, key=record.key,
+                                               headers=headers)
+        except KafkaError as exc:
+            if not _retriable(exc):
+                raise ProduceError(f"writing to {topic} failed: {exc!r}") from exc
+            log.warning("Kafka write to %s failed, retrying: %r", topic, exc)
+            await self._write_with_retries(topic, record.key, record.value, headers)
+
+    async def _write_with_retries(self, topic: str, key: bytes | None, value: bytes | None,
+                                  headers: list[tuple[str, bytes | None]]) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retriable),
             wait=wait_random_exponential(multiplier=0.1, max=self._backoff_max_s),
@@ -52,8 +63,7 @@ class AckedWriter:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._producer.send_and_wait(topic, record.value, key=record.key,
-                                                       headers=headers)
+                    await self._producer.send_and_wait(topic, value, key=key, headers=headers)
         except KafkaError as exc:
             raise ProduceError(f"writing to {topic} failed: {exc!r}") from exc
 
