@@ -73,7 +73,7 @@ def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:
         **kafka.client_options(),
         "acks": "all",
         "enable_idempotence": True,
-        "linger_ms": 2,
+        "linger_ms": 0,  # measured: 2 ms of linger doubles the ack wait at small windows
         "max_request_size": MAX_RECORD_BYTES,
         "request_timeout_ms": 30_000,
     }

@@ -7,15 +7,20 @@ without the loadtest extra.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+from rich.console import Console
 
 from dispatcher.endpoints import resolve_bootstrap_servers
-from dispatcher.errors import ConfigError, ProduceError
+from dispatcher.errors import ConfigError, ProduceError, WaitlineError
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
 from loadtest.generator import produce
 from loadtest.latency import parse_model
+
+if TYPE_CHECKING:
+    from loadtest.compare import RunResult
 
 CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
 FAILURE_EXIT_CODE = 1
@@ -82,6 +87,97 @@ def produce_command(
     except ProduceError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(f"{acked} records acknowledged on {topic}")
+
+
+def _run_scenarios(names: list[str], bootstrap_servers: str | None,
+                   work_dir: Path) -> list[RunResult]:
+    """Run scenarios one after another, reporting progress; exits cleanly on bad input."""
+    from loadtest.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
+    from loadtest.scenarios import get_scenario  # noqa: PLC0415
+
+    try:
+        servers = resolve_bootstrap_servers(bootstrap_servers)
+        scenarios = [get_scenario(name) for name in names]
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    results: list[RunResult] = []
+    try:
+        for scenario in scenarios:
+            console.print(f"[bold]scenario {scenario.name}[/bold]: {scenario.description}")
+            with console.status(f"{scenario.name}: starting") as status:
+                def show(text: str, name: str = scenario.name) -> None:
+                    status.update(f"{name}: {text}")
+
+                results += asyncio.run(run_scenario(scenario, servers, work_dir,
+                                                    on_progress=show))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    return results
+
+
+@app.command()
+def compare(
+    *,
+    scenario: Annotated[str, typer.Option(
+        help="reference | timeout-storm | scale | tiny.")] = "reference",
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+    work_dir: Annotated[Path, typer.Option(help="Logs of the processes run.")] = Path(
+        "reports/loadtest"),
+) -> None:
+    """Batch vs at-least-once on the real pod, measured against Little's law."""
+    from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
+
+    results = _run_scenarios([scenario], bootstrap_servers, work_dir)
+    typer.echo(markdown_table(results))
+    if json_path:
+        write_json(results, json_path)
+        typer.echo(f"JSON: {json_path}")
+    if plot:
+        write_plot(results, plot)
+        typer.echo(f"plot: {plot}")
+
+
+@app.command()
+def demo(
+    *,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+    out_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("reports"),
+) -> None:
+    """The `make demo` show: the reference scenario, batch vs at-least-once."""
+    from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
+
+    results = _run_scenarios(["reference"], bootstrap_servers, out_dir / "loadtest")
+    table = markdown_table(results)
+    (out_dir / "demo.md").write_text(table + "\n")
+    write_json(results, out_dir / "demo.json")
+    write_plot(results, out_dir / "demo.png")
+    typer.echo(table)
+    typer.echo(f"\nreport: {out_dir / 'demo.md'}  JSON: {out_dir / 'demo.json'}  "
+               f"plot: {out_dir / 'demo.png'}")
+
+
+@app.command()
+def bench(
+    *,
+    out: Annotated[Path, typer.Option(help="Markdown report to (re)write.")] = Path(
+        "docs/BENCHMARKS.md"),
+    scenarios: Annotated[str, typer.Option(
+        help="Comma-separated scenarios.")] = "reference,timeout-storm,scale",
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+) -> None:
+    """Run the benchmark scenarios and rewrite docs/BENCHMARKS.md with what was measured."""
+    from loadtest.report import write_benchmarks  # noqa: PLC0415
+
+    names = [name.strip() for name in scenarios.split(",") if name.strip()]
+    results = _run_scenarios(names, bootstrap_servers, Path("reports/loadtest"))
+    write_benchmarks(results, names, out)
+    typer.echo(f"wrote {out}")
 
 
 def _fail(message: str, exit_code: int) -> NoReturn:

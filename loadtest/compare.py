@@ -1,0 +1,254 @@
+"""`waitline loadtest compare`: run the real pod in each mode and window against the mock
+counterparty, and measure it against Little's law.
+
+Each run gets a fresh input topic and group, pre-filled with generated records, a mock
+counterparty process of its own (so its CPU is not the pod's), and the real `waitline dispatch`
+as a subprocess. The harness samples the pod's `/metrics` and CPU every half second; throughput
+is taken over the steady state (warm-up and drain tail excluded), and the bound is
+N / mean latency of the model (`LatencyModel.mean_latency_s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+import psutil
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dispatcher.errors import WaitlineError
+from loadtest.generator import produce
+from loadtest.latency import parse_model
+from loadtest.measure import (
+    Sample,
+    histogram_buckets,
+    histogram_quantile,
+    metric_sum,
+    parse_metrics,
+    steady_state,
+)
+from loadtest.scenarios import RunSpec, Scenario
+from loadtest.stack import free_port
+
+log = logging.getLogger(__name__)
+
+INPUT_PARTITIONS = 8
+SAMPLE_EVERY_S = 0.5
+FINISHED = "waitline_records_finished_total"
+DURATION = "waitline_record_duration_seconds"
+
+
+class HarnessError(WaitlineError):
+    """A load-test run could not be carried out (a process died, nothing was measured)."""
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    mode: str
+    concurrency: int
+    model: str
+    records: int
+    finished: int
+    tps: float
+    bound_tps: float
+    efficiency: float
+    reference_tps: float | None
+    p50_s: float
+    p99_s: float
+    cpu_s_per_1000: float
+    peak_rss_mb: float
+    steady_s: float
+    duplicate_calls: int
+
+    def as_json(self) -> dict[str, object]:
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in asdict(self).items()}
+
+
+async def _create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1)])
+    finally:
+        await admin.close()
+
+
+def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
+    async with session.get(url) as response:
+        data: dict[str, object] = await response.json()
+        return data
+
+
+async def _wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
+                     log_path: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = await asyncio.to_thread(log_path.read_text, errors="replace")
+            raise HarnessError(f"process exited with {process.returncode}; see {log_path}:\n"
+                               + tail[-2000:])
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as response:
+                if response.status < 500:
+                    return
+        await asyncio.sleep(0.2)
+    raise HarnessError(f"{url} did not answer within {timeout_s:.0f} s; see {log_path}")
+
+
+async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
+                  on_progress: Callable[[str], None] = lambda _: None) -> RunResult:
+    """One run of a mode and window: fresh topic and group, a mock, the pod; measured."""
+    model = parse_model(spec.model)
+    bound = spec.concurrency / model.mean_latency_s(spec.deadline_s)
+    tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
+    topic, group = f"lt-{tag}", f"lt-{tag}"
+    on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
+    await _create_topic(bootstrap, topic)
+    await produce(bootstrap, topic, spec.records, progress=False)
+
+    mock_port, metrics_port = free_port(), free_port()
+    mock_log, pod_log = work_dir / f"{tag}-mock.log", work_dir / f"{tag}-pod.log"
+    mock = _spawn(["loadtest", "counterparty", "--model", spec.model, "--port", str(mock_port),
+                   "--hang-s", str(spec.deadline_s * 2)], mock_log)
+    pod: subprocess.Popen[bytes] | None = None
+    try:
+        async with aiohttp.ClientSession() as session:
+            mock_url = f"http://127.0.0.1:{mock_port}/"
+            await _wait_http(session, f"{mock_url}stats", mock, mock_log)
+            pod = _spawn(["dispatch", "--input-topic", topic, "--group", group,
+                          "--counterparty-url", mock_url, "--mode", spec.mode,
+                          "--concurrency", str(spec.concurrency),
+                          "--deadline", f"{spec.deadline_s:g}s",
+                          "--bootstrap-servers", bootstrap, "--create-topics",
+                          "--metrics-port", str(metrics_port)], pod_log)
+            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+            await _wait_http(session, metrics_url, pod, pod_log)
+            samples, last_metrics = await _sample(session, metrics_url, pod, spec, on_progress)
+            stats = await _get_json(session, f"{mock_url}stats")
+    finally:
+        if pod is not None:
+            _stop(pod)
+        _stop(mock)
+
+    window = steady_state(samples, total=spec.records, warmup_s=spec.warmup_s)
+    if window is None:
+        raise HarnessError(f"no steady state measured for {spec}; see {pod_log}")
+    buckets = histogram_buckets(last_metrics, DURATION)
+    tps = window.tps
+    return RunResult(
+        scenario=scenario, mode=spec.mode, concurrency=spec.concurrency, model=spec.model,
+        records=spec.records, finished=int(samples[-1].finished), tps=round(tps, 2),
+        bound_tps=round(bound, 2), efficiency=round(tps / bound, 4),
+        reference_tps=spec.reference_tps,
+        p50_s=round(histogram_quantile(buckets, 0.5), 3),
+        p99_s=round(histogram_quantile(buckets, 0.99), 3),
+        cpu_s_per_1000=round(window.cpu_s_per_1000, 3),
+        peak_rss_mb=round(max(s.rss_bytes for s in samples) / 2**20, 1),
+        steady_s=round(window.seconds, 1),
+        duplicate_calls=int(str(stats.get("duplicate_requests", 0))),
+    )
+
+
+async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Popen[bytes],
+                  spec: RunSpec, on_progress: Callable[[str], None],
+                  ) -> tuple[list[Sample], dict[tuple[str, str], float]]:
+    process = psutil.Process(pod.pid)
+    samples: list[Sample] = []
+    metrics: dict[tuple[str, str], float] = {}
+    started = time.monotonic()
+    last_report = started
+    while time.monotonic() - started < spec.max_duration_s:
+        async with session.get(url) as response:
+            metrics = parse_metrics(await response.text())
+        cpu = process.cpu_times()
+        now = time.monotonic()
+        samples.append(Sample(now - started, metric_sum(metrics, FINISHED),
+                              cpu.user + cpu.system, process.memory_info().rss))
+        if samples[-1].finished >= spec.records:
+            break
+        if now - last_report >= 5:
+            on_progress(f"{spec.mode} N={spec.concurrency}: {samples[-1].finished:,.0f}/"
+                        f"{spec.records:,} finished after {now - started:.0f} s")
+            last_report = now
+        await asyncio.sleep(SAMPLE_EVERY_S)
+    return samples, metrics
+
+
+async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
+                       on_progress: Callable[[str], None] = lambda _: None) -> list[RunResult]:
+    await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
+    return [await run_one(scenario.name, spec, bootstrap, work_dir, on_progress)
+            for spec in scenario.runs]
+
+
+def markdown_table(results: list[RunResult]) -> str:
+    lines = ["| scenario | mode | N | model | TPS | bound | efficiency | reference TPS | "
+             "p50 s | p99 s | CPU s/1000 | peak RSS MB | duplicates |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        reference = f"{r.reference_tps:g}" if r.reference_tps is not None else "-"
+        lines.append(f"| {r.scenario} | {r.mode} | {r.concurrency} | `{r.model}` | {r.tps:.1f} | "
+                     f"{r.bound_tps:.1f} | {r.efficiency:.3f} | {reference} | {r.p50_s:.3f} | "
+                     f"{r.p99_s:.3f} | {r.cpu_s_per_1000:.2f} | {r.peak_rss_mb:.0f} | "
+                     f"{r.duplicate_calls} |")
+    return "\n".join(lines)
+
+
+def write_json(results: list[RunResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
+
+
+def write_plot(results: list[RunResult], path: Path) -> None:
+    """Measured TPS beside the Little's-law bound, one pair of bars per run."""
+    import matplotlib  # noqa: PLC0415 - optional extra, only needed here
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    labels = [f"{r.scenario}\n{r.mode}\nN={r.concurrency}" for r in results]
+    xs = range(len(results))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(results)), 4.5))
+    ax.bar([x - 0.2 for x in xs], [r.bound_tps for r in results], 0.4, label="Little's-law bound",
+           color="#c8d6e5")
+    ax.bar([x + 0.2 for x in xs], [r.tps for r in results], 0.4, label="measured", color="#2e86de")
+    for x, r in zip(xs, results, strict=True):
+        ax.annotate(f"{r.tps:.0f}\n({r.efficiency:.0%})", (x + 0.2, r.tps), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set_ylabel("records / s")
+    ax.set_yscale("log")
+    ax.set_title("Waitline: measured throughput vs N / mean latency")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

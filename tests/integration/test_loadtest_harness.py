@@ -1,0 +1,41 @@
+"""The compare harness on a tiny run: real pod, real mock counterparty, real Kafka."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.mark.timeout(300)
+def test_compare_tiny_measures_both_modes_and_writes_json_and_plot(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    json_path, plot_path = tmp_path / "rows.json", tmp_path / "plot.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "loadtest", "compare", "--scenario", "tiny",
+         "--json", str(json_path), "--plot", str(plot_path), "--bootstrap-servers",
+         kafka_bootstrap, "--work-dir", str(tmp_path / "logs")],
+        capture_output=True, text=True, timeout=280, check=False, env=dict(os.environ),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(json_path.read_text())
+    assert [(r["mode"], r["concurrency"]) for r in rows] == [("batch", 10),
+                                                             ("at-least-once", 10)]
+    for row in rows:
+        assert row["bound_tps"] == pytest.approx(100.0)  # N / 0.1 s
+        assert 0 < row["tps"] <= row["bound_tps"] * 1.05
+        assert row["efficiency"] == pytest.approx(row["tps"] / row["bound_tps"], rel=1e-3)
+        assert row["finished"] == 400
+        assert row["duplicate_calls"] == 0
+        assert row["p50_s"] >= 0.1  # no record finishes faster than its call
+        assert row["cpu_s_per_1000"] > 0
+        assert row["peak_rss_mb"] > 10
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| tiny | at-least-once | 10 |" in result.stdout
