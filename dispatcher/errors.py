@@ -6,6 +6,7 @@
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
+    ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq_io)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
@@ -37,6 +38,10 @@ class StackError(WaitlineError):
 
 class ProduceError(WaitlineError):
     """Records could not be written to Kafka; the message names the topic and the cause."""
+
+
+class ConsumeError(WaitlineError):
+    """Records could not be read from Kafka; the message names the topic and the cause."""
 
 
 class RegistryError(WaitlineError):

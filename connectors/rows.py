@@ -1,0 +1,291 @@
+"""Pure planning of the wait-topic mirror: a batch of wait-topic records → row changes.
+
+Per (wait topic, wait id) the record with the highest wait offset wins: a prepare becomes an
+upsert of the `wait` row, a tombstone a delete. The database applies each change only over a row
+with a lower wait offset (connectors/sink.py), so planning and applying any split of an ordered
+stream into batches converges to the same table, and re-applying a batch changes nothing.
+
+Records that cannot become a change are rejected, never fatal and never dropped silently: the
+sink stores them verbatim in `wait_reject` (with the reason) and logs their coordinates. A
+record is rejected when its key is not a canonical wait id, its headers break the wire format,
+its ORIGINAL_* values would violate the table's constraints, or its wait id is not derived from
+the dispatcher group (a mirror configured with the wrong group would otherwise write DLQ
+records with wrong wait ids). A rejected record does not hide an older valid one for the same
+wait id: rejection is decided per record, before the highest offset is chosen, so the outcome
+does not depend on where batch boundaries fall.
+
+A tombstone needs only its key, the rule Kafka's compaction applies: a tombstone written by hand
+(`kcat -K: -Z`, no headers) closes the wait just as the dispatcher's does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from dispatcher.errors import WireFormatError
+from dispatcher.wire import (
+    ORIGINAL_HEADERS,
+    Headers,
+    SourceRecord,
+    encode_original_headers,
+    parse_wait_record,
+    wait_id_for,
+)
+
+WAIT_TOPIC_SUFFIX = ".wait"
+"""Default wait topic name is `<group>.wait` (DESIGN.md); a mirror without a group derives it."""
+
+_INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class WaitEvent:
+    """One wait-topic record as a Kafka consumer or Spark's Kafka source delivers it."""
+
+    wait_topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUpsert:
+    """A prepare: the `wait` row it opens (or re-opens)."""
+
+    wait_topic: str
+    wait_id: uuid.UUID
+    wait_partition: int
+    wait_offset: int
+    source: SourceRecord
+    headers_json: str
+    """ORIGINAL_HEADERS exactly as the dispatcher wrote it (decodes to `source.headers`)."""
+    expires_at: datetime
+    dlq_topic: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitDelete:
+    """A tombstone: the wait id it closes, valid over rows with a lower wait offset."""
+
+    wait_topic: str
+    wait_id: uuid.UUID
+    wait_partition: int
+    wait_offset: int
+
+
+WaitChange = WaitUpsert | WaitDelete
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A wait-topic record that cannot become a change, and why."""
+
+    event: WaitEvent
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorPlan:
+    """At most one change per (wait topic, wait id), plus the rejected records."""
+
+    upserts: tuple[WaitUpsert, ...]
+    deletes: tuple[WaitDelete, ...]
+    rejects: tuple[Reject, ...]
+
+    def changes(self) -> Iterator[WaitChange]:
+        """Every change, deletes first (their order does not matter: one per wait id)."""
+        yield from self.deletes
+        yield from self.upserts
+
+
+class _RejectedError(Exception):
+    """Internal: the record cannot be mirrored; the message is the reject reason."""
+
+
+def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None) -> MirrorPlan:
+    """The changes that mirror `events` into the `wait` table, the highest offset per wait id.
+
+    `group` is the dispatcher's consumer group; None derives it from a `<group>.wait` topic name.
+    """
+    latest: dict[tuple[str, uuid.UUID], WaitChange] = {}
+    rejects: list[Reject] = []
+    for event in events:
+        try:
+            change = _change_for(event, dlq_topic=dlq_topic, group=group)
+        except _RejectedError as exc:
+            rejects.append(Reject(event, str(exc)))
+            continue
+        slot = (change.wait_topic, change.wait_id)
+        current = latest.get(slot)
+        # Equal offsets are the same Kafka record delivered twice: keep the first.
+        if current is None or change.wait_offset > current.wait_offset:
+            latest[slot] = change
+    upserts = tuple(c for c in latest.values() if isinstance(c, WaitUpsert))
+    deletes = tuple(c for c in latest.values() if isinstance(c, WaitDelete))
+    return MirrorPlan(upserts=upserts, deletes=deletes, rejects=tuple(rejects))
+
+
+def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitChange:
+    """The change one wait-topic record asks for; raises _RejectedError with the reason."""
+    if event.value is None:
+        return WaitDelete(
+            wait_topic=event.wait_topic,
+            wait_id=_tombstone_wait_id(event.key),
+            wait_partition=event.partition,
+            wait_offset=event.offset,
+        )
+    try:
+        entry = parse_wait_record(event.key, event.value, tuple(event.headers))
+    except (WireFormatError, ValueError, OverflowError) as exc:
+        # ValueError/OverflowError: a header the codec accepted syntactically can still be out
+        # of range for datetime; any malformed input is a reject here, never a dead mirror.
+        raise _RejectedError(str(exc)) from exc
+    source = entry.source
+    _check_storable(source)
+    owner = _resolve_group(event.wait_topic, group)
+    expected = wait_id_for(owner, source.topic, source.partition, source.offset)
+    if expected != entry.wait_id:
+        raise _RejectedError(
+            f"wait id {entry.wait_id} is not derived from group {owner!r} and "
+            f"{source.topic}/{source.partition}/{source.offset}: the mirror is configured for "
+            "another dispatcher group than the one that prepared this record"
+        )
+    return WaitUpsert(
+        wait_topic=event.wait_topic,
+        wait_id=entry.wait_id,
+        wait_partition=event.partition,
+        wait_offset=event.offset,
+        source=source,
+        headers_json=_header_text(event.headers, ORIGINAL_HEADERS),
+        expires_at=entry.expires_at,
+        dlq_topic=dlq_topic,
+        group=owner,
+    )
+
+
+def _resolve_group(wait_topic: str, group: str | None) -> str:
+    """`group`, or the `<group>` of a `<group>.wait` topic; _RejectedError when neither."""
+    if group is not None:
+        return group
+    derived = wait_topic.removesuffix(WAIT_TOPIC_SUFFIX)
+    if derived and derived != wait_topic:
+        return derived
+    raise _RejectedError(
+        f"no dispatcher group configured and wait topic {wait_topic!r} is not named "
+        f"<group>{WAIT_TOPIC_SUFFIX}: configure the mirror with the dispatcher's group"
+    )
+
+
+def _header_text(headers: Sequence[tuple[str, bytes | None]], name: str) -> str:
+    """The text of header `name` of a record `parse_wait_record` accepted (so present, UTF-8)."""
+    raw = next(value for key, value in headers if key == name)
+    if raw is None:
+        raise _RejectedError(f"header {name} is null")
+    return raw.decode("utf-8")
+
+
+def _tombstone_wait_id(key: bytes | None) -> uuid.UUID:
+    if key is None:
+        raise _RejectedError("tombstone has a null key; expected the wait id")
+    try:
+        text = key.decode("ascii")
+        wait_id = uuid.UUID(text)
+    except ValueError as exc:
+        raise _RejectedError(f"tombstone key is not a UUID: {key[:80]!r}") from exc
+    if str(wait_id) != text:
+        # Compaction matches key bytes: a non-canonical spelling never closed the prepare.
+        raise _RejectedError(f"tombstone key is not a canonical lowercase UUID: {text[:80]!r}")
+    return wait_id
+
+
+def _check_storable(source: SourceRecord) -> None:
+    """Reject values the `wait` table's types and constraints would refuse (and fail the batch)."""
+    if not source.topic or "\x00" in source.topic:
+        raise _RejectedError(f"ORIGINAL_TOPIC {source.topic!r} is empty or contains NUL")
+    if source.partition > _INT32_MAX:
+        raise _RejectedError(f"ORIGINAL_PARTITION {source.partition} exceeds a Kafka partition")
+    if source.offset > _INT64_MAX:
+        raise _RejectedError(f"ORIGINAL_OFFSET {source.offset} exceeds a Kafka offset")
+    if not _INT64_MIN <= source.timestamp_ms <= _INT64_MAX:
+        raise _RejectedError(f"ORIGINAL_TIMESTAMP {source.timestamp_ms} exceeds a Kafka timestamp")
+
+
+# The sink's staging table: column name and PostgreSQL type, in `stage_values` order; sink.py
+# derives the table, its binary COPY and the merge from it.
+STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("wait_topic", "text"),
+    ("wait_id", "uuid"),
+    ("wait_partition", "integer"),
+    ("wait_offset", "bigint"),
+    ("is_tombstone", "boolean"),
+    ("original_topic", "text"),
+    ("original_partition", "integer"),
+    ("original_offset", "bigint"),
+    ("original_key", "bytea"),
+    ("original_timestamp_ms", "bigint"),
+    ("original_headers", "json"),
+    ("body", "bytea"),
+    ("wait_expiration_time", "timestamptz"),
+    ("dlq_topic", "text"),
+    ("dispatcher_group", "text"),
+)
+
+StageValues = tuple[
+    str, uuid.UUID, int, int, bool,
+    str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
+    datetime | None, str | None, str | None,
+]  # fmt: skip
+
+
+def stage_values(change: WaitChange) -> StageValues:
+    """`change` as one staging-table row, in STAGE_COLUMNS order (NULLs for a delete)."""
+    if isinstance(change, WaitDelete):
+        return (
+            change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, True,
+            None, None, None, None, None, None, None, None, None, None,
+        )  # fmt: skip
+    source = change.source
+    return (
+        change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, False,
+        source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
+        change.headers_json, source.value, change.expires_at,
+        change.dlq_topic, change.group,
+    )  # fmt: skip
+
+
+REJECT_COLUMNS: tuple[str, ...] = (
+    "wait_topic",
+    "wait_partition",
+    "wait_offset",
+    "record_key",
+    "record_value",
+    "record_headers",
+    "reason",
+    "dispatcher_group",
+)
+
+RejectValues = tuple[str, int, int, bytes | None, bytes | None, str, str, str | None]
+
+
+def reject_values(reject: Reject, group: str | None) -> RejectValues:
+    """`reject` as one `wait_reject` row, in REJECT_COLUMNS order."""
+    event = reject.event
+    headers: Headers = tuple(event.headers)
+    return (
+        event.wait_topic,
+        event.partition,
+        event.offset,
+        event.key,
+        event.value,
+        encode_original_headers(headers),
+        # PostgreSQL text cannot hold NUL; reasons quote record bytes.
+        reject.reason.replace("\x00", "\\x00"),
+        group,
+    )

@@ -1,0 +1,158 @@
+"""The mirror: wait-topic records → `wait` rows in PostgreSQL, one transaction per batch.
+
+`apply_batch` plans the batch (connectors/rows.py), COPYs the changes into a session-local
+staging table and merges them:
+
+- a prepare inserts its row, or replaces a row with a LOWER wait offset. Replacing is a
+  re-prepare (the dispatcher redelivered the record after a crash and is processing it again),
+  so the row takes the new expiration time and `dlq_sent_at` returns to NULL: should this
+  attempt die too, the row expires again instead of being forgotten (no loss; at worst a
+  second DLQ record for a record the DLQ already holds). A row at the SAME offset is this very
+  record, already mirrored: it is left untouched, so re-applying a batch after the sweep has
+  sent the row's DLQ record does not reopen it.
+- a tombstone deletes the row only if the row's wait offset is lower than the tombstone's.
+  Deletes are not remembered (that would keep a row for every record ever dispatched): a
+  prepare older than an applied tombstone would reinsert its row, and later expire into a
+  duplicate DLQ record. A wait id lives in one wait-topic partition and each partition is
+  mirrored in offset order, so that takes two mirrors racing on one topic or a partition
+  mirrored backwards.
+- a rejected record goes to `wait_reject` with its reason (first reject kept) and is logged with
+  its coordinates; the rest of the batch is applied.
+
+Usable without Spark: `events` may be any iterable, e.g. a Spark `DataFrame.toLocalIterator()`
+mapped to WaitEvent, or a plain Kafka consumer's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+import structlog
+
+from connectors.rows import (
+    REJECT_COLUMNS,
+    STAGE_COLUMNS,
+    MirrorPlan,
+    WaitEvent,
+    plan_batch,
+    reject_values,
+    stage_values,
+)
+
+log = structlog.get_logger(__name__)
+
+_STAGE_TABLE = "waitline_wait_stage"
+_REJECTS_LOGGED = 5  # per batch; the rest are in wait_reject
+
+_STAGE_NAMES = tuple(name for name, _ in STAGE_COLUMNS)
+# json's binary wire form is its text, and our value already is JSON text: dump it as text
+# (psycopg's json dumper would serialise the str again, as a JSON string).
+_COPY_TYPES = ["text" if pg_type == "json" else pg_type for _, pg_type in STAGE_COLUMNS]
+
+# Temporary, so concurrent mirrors never share it; created once per session and emptied at
+# every commit. Payload columns are NULL for tombstones.
+_CREATE_STAGE = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE_TABLE} ("
+    + ", ".join(f"{name} {pg_type}" for name, pg_type in STAGE_COLUMNS)
+    + ") ON COMMIT DELETE ROWS"
+)
+
+# Binary COPY: a third faster than text for 10k-row batches (bytea needs no escaping).
+_COPY_STAGE = f"COPY {_STAGE_TABLE} ({', '.join(_STAGE_NAMES)}) FROM STDIN (FORMAT BINARY)"
+
+_DELETE_CLOSED = f"""
+DELETE FROM wait USING {_STAGE_TABLE} AS s
+WHERE s.is_tombstone
+  AND wait.wait_topic = s.wait_topic
+  AND wait.wait_id = s.wait_id
+  AND wait.wait_offset < s.wait_offset
+"""
+
+_ROW_COLUMNS = tuple(name for name in _STAGE_NAMES if name != "is_tombstone")
+_KEY_COLUMNS = ("wait_topic", "wait_id")
+_UPSERT_OPEN = f"""
+INSERT INTO wait ({", ".join(_ROW_COLUMNS)})
+SELECT {", ".join(_ROW_COLUMNS)} FROM {_STAGE_TABLE} WHERE NOT is_tombstone
+ON CONFLICT (wait_topic, wait_id) DO UPDATE SET
+    {", ".join(f"{c} = EXCLUDED.{c}" for c in _ROW_COLUMNS if c not in _KEY_COLUMNS)},
+    updated_at = now(),
+    dlq_sent_at = NULL
+WHERE wait.wait_offset < EXCLUDED.wait_offset
+"""
+
+_INSERT_REJECT = f"""
+INSERT INTO wait_reject ({", ".join(REJECT_COLUMNS)})
+VALUES ({", ".join(["%s"] * len(REJECT_COLUMNS))})
+ON CONFLICT (wait_topic, wait_partition, wait_offset) DO NOTHING
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorResult:
+    """Rows this batch inserted or replaced, rows it deleted, and records it rejected."""
+
+    upserted: int
+    deleted: int
+    rejected: int
+
+
+def apply_batch(
+    conn: psycopg.Connection,
+    events: Iterable[WaitEvent],
+    *,
+    dlq_topic: str,
+    group: str | None,
+) -> MirrorResult:
+    """Mirror `events` into `wait` in one transaction; applying the same batch twice is a no-op.
+
+    The transaction commits on return when `conn` was idle; inside the caller's open transaction
+    it is a savepoint that the caller's commit makes durable. `group` None derives the group from
+    a `<group>.wait` topic name.
+    """
+    _check_target(dlq_topic, group)
+    plan = plan_batch(events, dlq_topic=dlq_topic, group=group)
+    with conn.transaction(), conn.cursor() as cur:
+        upserted = deleted = 0
+        if plan.upserts or plan.deletes:
+            cur.execute(_CREATE_STAGE)
+            # A second batch inside one outer transaction must not see the first one's rows.
+            cur.execute(f"TRUNCATE {_STAGE_TABLE}")
+            with cur.copy(_COPY_STAGE) as copy:
+                copy.set_types(_COPY_TYPES)
+                for change in plan.changes():
+                    copy.write_row(stage_values(change))
+            cur.execute(_DELETE_CLOSED)
+            deleted = cur.rowcount
+            cur.execute(_UPSERT_OPEN)
+            upserted = cur.rowcount
+        if plan.rejects:
+            cur.executemany(_INSERT_REJECT, [reject_values(r, group) for r in plan.rejects])
+    _log_rejects(plan)
+    return MirrorResult(upserted=upserted, deleted=deleted, rejected=len(plan.rejects))
+
+
+def _check_target(dlq_topic: str, group: str | None) -> None:
+    if not dlq_topic or "\x00" in dlq_topic:
+        raise ValueError(f"dlq_topic must be a topic name, got {dlq_topic!r}")
+    if group is not None and (not group or "\x00" in group):
+        raise ValueError(f"group must be a consumer group id or None, got {group!r}")
+
+
+def _log_rejects(plan: MirrorPlan) -> None:
+    if not plan.rejects:
+        return
+    log.warning(
+        "wait records rejected; stored in wait_reject",
+        rejected=len(plan.rejects),
+        first=[
+            {
+                "wait_topic": r.event.wait_topic,
+                "partition": r.event.partition,
+                "offset": r.event.offset,
+                "reason": r.reason,
+            }
+            for r in plan.rejects[:_REJECTS_LOGGED]
+        ],
+    )

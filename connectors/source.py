@@ -1,0 +1,213 @@
+"""The expiry sweep: expired `wait` rows → DLQ records, at least once.
+
+One round, all in the caller's transaction: `claim_expired` locks up to `limit` expired, unsent
+rows of one wait topic (SKIP LOCKED, so concurrent sweepers share the work without waiting on
+each other); the caller produces `to_dlq(row)` for each and awaits every acknowledgement;
+`mark_sent` stamps `dlq_sent_at`; the caller commits. A crash before the commit leaves the rows
+unsent and the next round sends them again: a DLQ record may repeat, it is never skipped.
+
+While a row is claimed the mirror's update or delete of it waits for the sweeper's commit, so a
+re-prepare that arrives meanwhile still reopens the row afterwards (connectors/sink.py).
+
+`expire_once` is the non-Spark sweeper (aiokafka); the Spark job uses the same three functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from psycopg.pq import TransactionStatus
+from psycopg.rows import kwargs_row
+
+from dispatcher.errors import ProduceError, RegistryError
+from dispatcher.wire import (
+    Failure,
+    OutgoingRecord,
+    SourceRecord,
+    decode_original_headers,
+    dlq_record,
+    format_expiration,
+)
+
+EXPIRED_EXCEPTION = "ExpiredRecordException"
+"""The DLQ `Exception` header of a record whose wait expired without an outcome."""
+
+_CLAIM_EXPIRED = """
+SELECT wait_topic, wait_id, wait_offset,
+       original_topic, original_partition, original_offset, original_key,
+       original_timestamp_ms, original_headers::text AS original_headers, body,
+       wait_expiration_time, dlq_topic, dispatcher_group
+FROM wait
+WHERE wait_topic = %(wait_topic)s
+  AND wait_expiration_time <= COALESCE(%(now)s::timestamptz, now())
+  AND dlq_sent_at IS NULL
+ORDER BY wait_expiration_time
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+# The offset guard marks only the version that was sent, should a caller hold a stale row.
+_MARK_SENT = """
+UPDATE wait SET dlq_sent_at = now(), updated_at = now()
+FROM unnest(%s::text[], %s::uuid[], %s::bigint[]) AS sent(wait_topic, wait_id, wait_offset)
+WHERE wait.wait_topic = sent.wait_topic
+  AND wait.wait_id = sent.wait_id
+  AND wait.wait_offset = sent.wait_offset
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredWait:
+    """A claimed `wait` row: the original record it holds and where its DLQ record goes."""
+
+    wait_topic: str
+    wait_id: uuid.UUID
+    wait_offset: int
+    source: SourceRecord
+    expires_at: datetime
+    dlq_topic: str
+    group: str
+
+
+def claim_expired(
+    conn: psycopg.Connection, *, wait_topic: str, limit: int, now: datetime | None = None
+) -> list[ExpiredWait]:
+    """Lock and return up to `limit` expired, unsent rows of `wait_topic`, oldest expiry first.
+
+    Must run inside the caller's open transaction (the locks last until it ends); `now`
+    defaults to the database's clock, shared by every sweeper.
+    """
+    if limit <= 0:
+        raise ValueError(f"limit must be positive, got {limit}")
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        raise ValueError("claim_expired needs an open transaction: its row locks end with it")
+    with conn.cursor(row_factory=kwargs_row(_expired_wait)) as cur:
+        cur.execute(_CLAIM_EXPIRED, {"wait_topic": wait_topic, "now": now, "limit": limit})
+        return cur.fetchall()
+
+
+def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
+    """The DLQ topic and record for an expired row, in the dispatcher's DLQ format."""
+    failure = Failure(
+        exception=EXPIRED_EXCEPTION,
+        message=(
+            f"wait {row.wait_id} expired at {format_expiration(row.expires_at)} with no outcome: "
+            "the dispatcher stopped between prepare and tombstone"
+        ),
+    )
+    return row.dlq_topic, dlq_record(row.source, row.group, failure)
+
+
+def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:
+    """Stamp `dlq_sent_at` on `rows` in the caller's transaction; commit after the DLQ acks."""
+    if not rows:
+        return
+    conn.execute(
+        _MARK_SENT,
+        (
+            [row.wait_topic for row in rows],
+            [row.wait_id for row in rows],
+            [row.wait_offset for row in rows],
+        ),
+    )
+
+
+async def expire_once(
+    dsn: str, bootstrap_servers: str, *, wait_topic: str, batch_size: int = 1000
+) -> int:
+    """Send every expired, unsent row of `wait_topic` to its DLQ; returns DLQ records sent.
+
+    Rounds of claim → produce all → await every ack → mark_sent → commit, until a round claims
+    nothing. Kafka failures raise ProduceError, PostgreSQL failures RegistryError; the rows of
+    the failed round stay unsent.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True
+    )
+    try:
+        await producer.start()
+        # Blocking psycopg calls run in a worker thread, one at a time, never concurrently.
+        conn = await asyncio.to_thread(_connect, dsn)
+        try:
+            sent = 0
+            while claimed := await _expire_round(conn, producer, wait_topic, batch_size):
+                sent += claimed
+            return sent
+        finally:
+            await asyncio.to_thread(conn.close)
+    except KafkaError as exc:
+        raise ProduceError(f"expiry sweep of {wait_topic}: DLQ write failed: {exc!r}") from exc
+    except psycopg.Error as exc:
+        raise RegistryError(f"expiry sweep of {wait_topic}: PostgreSQL failed: {exc}") from exc
+    finally:
+        await producer.stop()
+
+
+async def _expire_round(
+    conn: psycopg.Connection, producer: AIOKafkaProducer, wait_topic: str, batch_size: int
+) -> int:
+    """One claim → produce → ack → mark → commit round; returns the rows sent (0 = done).
+
+    On an error the transaction stays open and `expire_once` closes the connection, which
+    rolls it back: the round's rows stay unsent.
+    """
+    rows = await asyncio.to_thread(claim_expired, conn, wait_topic=wait_topic, limit=batch_size)
+    if rows:
+        acks = []
+        for row in rows:
+            topic, record = to_dlq(row)
+            acks.append(
+                await producer.send(
+                    topic, value=record.value, key=record.key, headers=list(record.headers)
+                )
+            )
+        await asyncio.gather(*acks)
+        await asyncio.to_thread(mark_sent, conn, rows)
+    await asyncio.to_thread(conn.commit)
+    return len(rows)
+
+
+def _connect(dsn: str) -> psycopg.Connection:
+    return psycopg.connect(dsn)
+
+
+def _expired_wait(
+    *,
+    wait_topic: str,
+    wait_id: uuid.UUID,
+    wait_offset: int,
+    original_topic: str,
+    original_partition: int,
+    original_offset: int,
+    original_key: bytes | None,
+    original_timestamp_ms: int,
+    original_headers: str,
+    body: bytes,
+    wait_expiration_time: datetime,
+    dlq_topic: str,
+    dispatcher_group: str,
+) -> ExpiredWait:
+    """Row factory for _CLAIM_EXPIRED, by column name."""
+    return ExpiredWait(
+        wait_topic=wait_topic,
+        wait_id=wait_id,
+        wait_offset=wait_offset,
+        source=SourceRecord(
+            topic=original_topic,
+            partition=original_partition,
+            offset=original_offset,
+            key=original_key,
+            value=body,
+            headers=decode_original_headers(original_headers),
+            timestamp_ms=original_timestamp_ms,
+        ),
+        expires_at=wait_expiration_time,
+        dlq_topic=dlq_topic,
+        group=dispatcher_group,
+    )

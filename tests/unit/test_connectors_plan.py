@@ -1,0 +1,364 @@
+"""The connectors' pure parts: the mirror's planner (wait-topic records → one change per wait
+id, or a reject) and the registry listing's cell formatting."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.registry import format_age, key_preview
+from connectors.rows import (
+    REJECT_COLUMNS,
+    STAGE_COLUMNS,
+    MirrorPlan,
+    Reject,
+    WaitDelete,
+    WaitEvent,
+    WaitUpsert,
+    plan_batch,
+    reject_values,
+    stage_values,
+)
+from dispatcher.wire import (
+    ORIGINAL_PARTITION,
+    ORIGINAL_TOPIC,
+    WAIT_EXPIRATION_TIME,
+    Headers,
+    SourceRecord,
+    decode_original_headers,
+    encode_original_headers,
+    wait_id_for,
+    wait_record,
+    wait_tombstone,
+)
+
+pytestmark = pytest.mark.unit
+
+STAGE_NAMES = [name for name, _ in STAGE_COLUMNS]
+GROUP = "payments"
+WAIT_TOPIC = "payments.wait"
+DLQ = "payments.dlq"
+EXPIRES = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+
+
+def source(offset: int = 7, **changes: object) -> SourceRecord:
+    fields: dict[str, object] = {
+        "topic": "orders",
+        "partition": 2,
+        "offset": offset,
+        "key": b"order-1",
+        "value": b'{"amount": 10}',
+        "headers": (("traceparent", b"00-abc"), ("bin", b"\xff\x00")),
+        "timestamp_ms": 1_700_000_000_123,
+    }
+    fields.update(changes)
+    return SourceRecord(**fields)  # type: ignore[arg-type]
+
+
+def prepare(
+    src: SourceRecord, wait_offset: int, *, topic: str = WAIT_TOPIC, group: str = GROUP
+) -> WaitEvent:
+    record = wait_record(src, group, EXPIRES)
+    return WaitEvent(topic, 0, wait_offset, record.key, record.value, record.headers)
+
+
+def tombstone(src: SourceRecord, wait_offset: int, *, topic: str = WAIT_TOPIC) -> WaitEvent:
+    record = wait_tombstone(src, GROUP, EXPIRES)
+    return WaitEvent(topic, 0, wait_offset, record.key, record.value, record.headers)
+
+
+def plan(*events: WaitEvent, group: str | None = GROUP) -> MirrorPlan:
+    return plan_batch(events, dlq_topic=DLQ, group=group)
+
+
+def wait_id_of(src: SourceRecord) -> uuid.UUID:
+    return wait_id_for(GROUP, src.topic, src.partition, src.offset)
+
+
+def with_header(event: WaitEvent, name: str, value: bytes) -> WaitEvent:
+    headers = tuple((n, value if n == name else v) for n, v in event.headers)
+    return WaitEvent(
+        event.wait_topic, event.partition, event.offset, event.key, event.value, headers
+    )
+
+
+def the_reject(result: MirrorPlan) -> Reject:
+    assert not result.upserts
+    assert not result.deletes
+    (reject,) = result.rejects
+    return reject
+
+
+# --- one record ---------------------------------------------------------------------------
+
+
+def test_prepare_becomes_an_upsert_carrying_the_original_record() -> None:
+    src = source()
+    result = plan(prepare(src, 41))
+    assert result.upserts == (
+        WaitUpsert(
+            wait_topic=WAIT_TOPIC,
+            wait_id=wait_id_of(src),
+            wait_partition=0,
+            wait_offset=41,
+            source=src,
+            headers_json=encode_original_headers(src.headers),
+            expires_at=EXPIRES,
+            dlq_topic=DLQ,
+            group=GROUP,
+        ),
+    )
+    assert result.deletes == ()
+    assert result.rejects == ()
+
+
+def test_tombstone_becomes_a_delete_of_its_wait_id() -> None:
+    src = source()
+    result = plan(tombstone(src, 42))
+    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 42),)
+    assert result.upserts == ()
+
+
+def test_bare_tombstone_with_only_a_key_closes_the_wait() -> None:
+    wait_id = wait_id_of(source())
+    event = WaitEvent(WAIT_TOPIC, 3, 9, str(wait_id).encode(), None, ())
+    assert plan(event).deletes == (WaitDelete(WAIT_TOPIC, wait_id, 3, 9),)
+
+
+def test_empty_body_is_a_prepare_not_a_tombstone() -> None:
+    result = plan(prepare(source(value=b""), 1))
+    assert result.upserts[0].source.value == b""
+
+
+def test_group_defaults_to_the_wait_topic_prefix() -> None:
+    result = plan(prepare(source(), 1), group=None)
+    assert result.upserts[0].group == GROUP
+
+
+# --- the highest offset per wait id wins --------------------------------------------------
+
+
+def test_tombstone_after_prepare_in_one_batch_leaves_only_the_delete() -> None:
+    src = source()
+    result = plan(prepare(src, 1), tombstone(src, 2))
+    assert result.upserts == ()
+    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 2),)
+
+
+def test_re_prepare_after_tombstone_in_one_batch_leaves_only_the_upsert() -> None:
+    src = source()
+    result = plan(prepare(src, 1), tombstone(src, 2), prepare(src, 3))
+    assert [u.wait_offset for u in result.upserts] == [3]
+    assert result.deletes == ()
+
+
+def test_arrival_order_does_not_matter_only_offsets_do() -> None:
+    src = source()
+    assert plan(tombstone(src, 2), prepare(src, 1)) == plan(prepare(src, 1), tombstone(src, 2))
+
+
+def test_the_same_record_twice_is_planned_once() -> None:
+    event = prepare(source(), 5)
+    assert len(plan(event, event).upserts) == 1
+
+
+def test_one_change_per_wait_id_and_wait_topic() -> None:
+    a, b = source(offset=1), source(offset=2)
+    other_topic = "other.wait"
+    result = plan(
+        prepare(a, 1),
+        prepare(b, 2),
+        prepare(a, 3, topic=other_topic, group="other"),
+        group=None,
+    )
+    assert sorted((u.wait_topic, u.wait_offset) for u in result.upserts) == [
+        (other_topic, 3),
+        (WAIT_TOPIC, 1),
+        (WAIT_TOPIC, 2),
+    ]
+
+
+# --- rejects ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        (None, "null key"),
+        (b"not-a-uuid", "not a UUID"),
+        (b"\xff\xfe", "not a UUID"),
+        (str(uuid.uuid4()).upper().encode(), "canonical"),
+    ],
+)
+def test_tombstone_with_a_bad_key_is_rejected(key: bytes | None, reason: str) -> None:
+    event = WaitEvent(WAIT_TOPIC, 0, 1, key, None, ())
+    assert reason in the_reject(plan(event)).reason
+
+
+def test_prepare_without_headers_is_rejected() -> None:
+    good = prepare(source(), 1)
+    event = WaitEvent(WAIT_TOPIC, 0, 1, good.key, good.value, ())
+    assert "missing" in the_reject(plan(event)).reason
+
+
+def test_prepare_from_another_group_is_rejected() -> None:
+    event = prepare(source(), 1, group="someone-else")
+    assert "not derived from group 'payments'" in the_reject(plan(event)).reason
+
+
+def test_no_group_and_a_wait_topic_not_named_group_dot_wait_is_rejected() -> None:
+    event = prepare(source(), 1, topic="custom-waits")
+    assert "no dispatcher group" in the_reject(plan(event, group=None)).reason
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "reason"),
+    [
+        (ORIGINAL_PARTITION, b"2147483648", "ORIGINAL_PARTITION"),
+        (ORIGINAL_TOPIC, b"or\x00ders", "NUL"),
+        (ORIGINAL_TOPIC, b"", "empty"),
+        (WAIT_EXPIRATION_TIME, b"0001-01-01T00:00:00+01:00", ""),
+        (WAIT_EXPIRATION_TIME, b"tomorrow", "ISO-8601"),
+    ],
+)
+def test_values_the_table_would_refuse_are_rejected(header: str, value: bytes, reason: str) -> None:
+    event = with_header(prepare(source(), 1), header, value)
+    assert reason in the_reject(plan(event)).reason
+
+
+def test_a_rejected_record_does_not_hide_an_older_valid_one() -> None:
+    src = source()
+    good = prepare(src, 1)
+    bad = with_header(prepare(src, 2), WAIT_EXPIRATION_TIME, b"garbage")
+    result = plan(good, bad)
+    assert [u.wait_offset for u in result.upserts] == [1]
+    assert [r.event for r in result.rejects] == [bad]
+
+
+# --- staging and reject rows --------------------------------------------------------------
+
+
+def test_stage_values_follow_the_column_order_and_keep_headers_lossless() -> None:
+    src = source(headers=(("dup", b"1"), ("dup", None), ("bin", b"\x80")))
+    (upsert,) = plan(prepare(src, 4)).upserts
+    row = dict(zip(STAGE_NAMES, stage_values(upsert), strict=True))
+    assert row["wait_id"] == wait_id_of(src)
+    assert row["is_tombstone"] is False
+    assert row["original_key"] == src.key
+    assert row["body"] == src.value
+    assert row["original_timestamp_ms"] == src.timestamp_ms
+    assert row["wait_expiration_time"] == EXPIRES
+    assert decode_original_headers(str(row["original_headers"])) == src.headers
+
+
+def test_stage_values_of_a_delete_carry_no_payload() -> None:
+    (delete,) = plan(tombstone(source(), 4)).deletes
+    row = dict(zip(STAGE_NAMES, stage_values(delete), strict=True))
+    assert row["is_tombstone"] is True
+    payload = [
+        c
+        for c in STAGE_NAMES
+        if c not in {"wait_topic", "wait_id", "wait_partition", "wait_offset", "is_tombstone"}
+    ]
+    assert all(row[c] is None for c in payload)
+
+
+def test_reject_values_keep_the_record_verbatim_and_escape_nul() -> None:
+    headers: Headers = (("h", b"\x00\xff"), ("h", None))
+    event = WaitEvent(WAIT_TOPIC, 1, 2, b"k\x00", b"v", headers)
+    row = dict(
+        zip(REJECT_COLUMNS, reject_values(Reject(event, "bad \x00 key"), GROUP), strict=True)
+    )
+    assert (row["record_key"], row["record_value"]) == (b"k\x00", b"v")
+    assert decode_original_headers(str(row["record_headers"])) == headers
+    assert row["reason"] == "bad \\x00 key"
+
+
+# --- property: any batching of an ordered stream converges to the open wait ids ----------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One wait-topic record of the generated stream: which source, prepare or tombstone."""
+
+    source_offset: int
+    is_prepare: bool
+    valid: bool
+
+
+def build_stream(steps: list[Step]) -> list[WaitEvent]:
+    events: list[WaitEvent] = []
+    for wait_offset, step in enumerate(steps):
+        src = source(offset=step.source_offset)
+        event = prepare(src, wait_offset) if step.is_prepare else tombstone(src, wait_offset)
+        if not step.valid:
+            event = WaitEvent(WAIT_TOPIC, 0, wait_offset, b"garbage", event.value, event.headers)
+        events.append(event)
+    return events
+
+
+def apply_to_model(state: dict[uuid.UUID, int], result: MirrorPlan) -> None:
+    """The merge rule sink.py runs in SQL: only a higher wait offset changes a row."""
+    for upsert in result.upserts:
+        if state.get(upsert.wait_id, -1) < upsert.wait_offset:
+            state[upsert.wait_id] = upsert.wait_offset
+    for delete in result.deletes:
+        if state.get(delete.wait_id, delete.wait_offset) < delete.wait_offset:
+            del state[delete.wait_id]
+
+
+steps_strategy = st.lists(
+    st.builds(Step, st.integers(0, 4), st.booleans(), st.booleans() | st.just(True)),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=steps_strategy, cuts=st.lists(st.integers(0, 40), max_size=6), replay=st.booleans())
+def test_any_batching_converges_to_the_last_valid_record_per_wait_id(
+    steps: list[Step], cuts: list[int], replay: bool
+) -> None:
+    events = build_stream(steps)
+    bounds = [0, *sorted(c for c in cuts if c <= len(events)), len(events)]
+    batches = [events[a:b] for a, b in itertools.pairwise(bounds)]
+    if replay:  # a crashed micro-batch is applied again
+        batches = [b for batch in batches for b in (batch, batch)]
+    state: dict[uuid.UUID, int] = {}
+    rejected = 0
+    for batch in batches:
+        result = plan(*batch)
+        ids = [c.wait_id for c in result.changes()]
+        assert len(ids) == len(set(ids))
+        rejected += len(result.rejects)
+        apply_to_model(state, result)
+
+    expected: dict[uuid.UUID, int] = {}
+    for wait_offset, step in enumerate(steps):
+        if step.valid:
+            wait_id = wait_id_of(source(offset=step.source_offset))
+            expected[wait_id] = wait_offset if step.is_prepare else -1
+    assert state == {k: v for k, v in expected.items() if v >= 0}
+    assert rejected == sum(not s.valid for s in steps) * (2 if replay else 1)
+
+
+# --- registry listing cells ---------------------------------------------------------------
+
+
+def test_ages_are_compact_and_never_negative() -> None:
+    assert [format_age(s) for s in (-3, 0, 59.9, 61, 3_661, 90_000)] == [
+        "0s", "0s", "59s", "1m01s", "1h01m", "1d01h",
+    ]  # fmt: skip
+
+
+def test_key_preview_shows_text_or_hex_cut_to_width() -> None:
+    assert key_preview(None) == "(null)"
+    assert key_preview(b"order-1") == "order-1"
+    assert key_preview(b"\xff\x01") == "0xff01"
+    assert key_preview(b"tab\there") == "0x" + b"tab\there".hex()
+    assert key_preview(b"x" * 30, width=10) == "xxxxxxxxx…"
