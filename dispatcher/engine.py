@@ -6,7 +6,8 @@ prepare (wait record acknowledged → offset committable) → call (one deadline
 would read as a tombstone there): it goes straight to the DLQ as `NullValueError`, and that
 acknowledged DLQ record is what makes its offset committable.
 
-Window: at most `concurrency` records between fetched and finished. A full window pauses the
+Window: at most `concurrency` records between fetched and finished (a rebalance while the window
+is full may add one poll's worth, which is started rather than dropped). A full window pauses the
 assigned partitions, and the poll loop keeps calling `getmany`, so the consumer stays in its group.
 
 Rebalance: on revoke we wait for the revoked partitions' in-flight prepares, commit their
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from dispatcher.counterparty import CallRequest, Counterparty
 from dispatcher.errors import ProduceError
 from dispatcher.kafka_io import AckedWriter
 from dispatcher.metrics import DispatcherMetrics
+from dispatcher.outcome import CallOutcome
 from dispatcher.settings import TopicConfig, WindowConfig
 from dispatcher.settle import OutcomeWriter, source_record
 from dispatcher.watermark import PartitionWatermarks, TopicPartitionKey
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
 REVOKE_PREPARE_TIMEOUT_S = 30.0
+SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
 
 
 @dataclass
@@ -130,8 +134,15 @@ class AtLeastOnceEngine:
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), FULL_WINDOW_WAIT_S)
-            # Keep polling while paused: it returns nothing but keeps us in the group.
-            await self._consumer.getmany(timeout_ms=0)
+            # Keep polling while paused: it keeps us in the group. A rebalance during the wait
+            # (or inside this poll) assigns partitions that are not paused, and the poll may
+            # return their records: those are started, not dropped, since dropping them would
+            # let the watermark commit past records never prepared. The window overshoots by
+            # at most one poll's worth, once per rebalance.
+            self._consumer.pause(*self._consumer.assignment())
+            batch = await self._consumer.getmany(timeout_ms=0)
+            for tp, records in batch.items():
+                self._start_all(_key(tp), records)
             return
         paused = self._consumer.paused()
         if paused:
@@ -146,13 +157,15 @@ class AtLeastOnceEngine:
             self._watermarks.track(key, record.offset)
             pending = _Unprepared(generation, record.timestamp)
             self._unprepared[key][record.offset] = pending
-            self._spawn(self._dispatch(source_record(record), pending))
+            self._spawn(self._dispatch(source_record(record), pending),
+                        f"{record.topic}/{record.partition}@{record.offset}")
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
         self._metrics.in_flight.set(len(self._tasks))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
+    def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
+        # Named by its record's coordinates, so the shutdown log can say what stayed open.
+        task = asyncio.create_task(work, name=coordinates)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -184,7 +197,7 @@ class AtLeastOnceEngine:
             self._mark_prepared(key, source.offset, pending)
             wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
                                       source.offset))
-            outcome = await self._counterparty.call(CallRequest(source.value, wait_id))
+            outcome = await self._call(source.value, wait_id)
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
             await self._writer.write(self._topics.wait_topic,
@@ -197,6 +210,18 @@ class AtLeastOnceEngine:
                           source.topic, source.partition, source.offset)
         finally:
             pending.done.set()
+
+    async def _call(self, body: bytes, wait_id: str) -> CallOutcome:
+        """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost
+        outcome (the record is prepared: it must still end with a DLQ record and a tombstone)."""
+        started = time.monotonic()
+        try:
+            return await self._counterparty.call(CallRequest(body, wait_id))
+        except Exception as exc:  # any client failure must still settle the record
+            log.exception("counterparty client failed unexpectedly for wait id %s", wait_id)
+            failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())
+            return CallOutcome(ok=False, status=None, attempts=1,
+                               elapsed_s=time.monotonic() - started, failure=failure)
 
     def _mark_prepared(self, key: TopicPartitionKey, offset: int, pending: _Unprepared) -> None:
         self._metrics.prepared.inc()
@@ -284,9 +309,13 @@ class AtLeastOnceEngine:
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
         await self._commit()
         if self._tasks:
-            log.warning("%d records still in flight at shutdown: their wait records stay open "
-                        "in the registry; the reconciliation job sends them to the DLQ after "
-                        "they expire", len(self._tasks))
+            names = sorted(task.get_name() for task in self._tasks)
+            listed = ", ".join(names[:SHUTDOWN_LOG_RECORDS])
+            more = len(names) - SHUTDOWN_LOG_RECORDS
+            log.warning("%d records still in flight at shutdown (%s%s): their wait records stay "
+                        "open in the registry; the reconciliation job sends them to the DLQ "
+                        "after they expire", len(names), listed,
+                        f", and {more} more" if more > 0 else "")
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)

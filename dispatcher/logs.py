@@ -8,10 +8,40 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 
 import structlog
 
 from dispatcher.settings import LogFormat
+
+
+class RepeatFilter(logging.Filter):
+    """Lets the same message (logger and template) through once per `interval_s`; the next one
+    let through says how many were held back. aiokafka logs each failed reconnect, thousands per
+    second while a broker is down, which would drown the pod's own lines."""
+
+    def __init__(self, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 ) -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[tuple[str, object], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self._interval_s:
+            self._last[key] = (last[0], last[1] + 1)
+            return False
+        held_back = last[1] if last is not None else 0
+        if len(self._last) > 10_000:  # bounded memory for messages built with f-strings
+            self._last.clear()
+        self._last[key] = (now, 0)
+        if held_back:
+            record.msg = f"{record.msg} [{held_back} similar lines held back]"
+        return True
 
 
 def configure_logging(fmt: LogFormat, level: str = "INFO") -> None:
@@ -31,6 +61,7 @@ def configure_logging(fmt: LogFormat, level: str = "INFO") -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -55,12 +55,20 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     kafka = settings.kafka()
     topics = settings.topics(local_stack=is_loopback(kafka.bootstrap_servers))
     window = settings.window()
-    log.info("starting: %s", describe(settings, kafka, topics))
-    await ensure_topics(kafka, topics, with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
-
+    counterparty_settings = settings.counterparty()  # validates the URL before any I/O
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _stopper(stop, signum))
+    log.info("starting: %s", describe(settings, kafka, topics))
+    try:
+        await ensure_topics(kafka, topics, with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
+    except BaseException:
+        _remove_handlers(loop)
+        raise
+    if stop.is_set():
+        _remove_handlers(loop)
+        log.info("stopped before start")
+        return
     metrics = DispatcherMetrics()
     producer = make_producer(kafka)
     consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency)
@@ -68,7 +76,7 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     try:
         await producer.start()
         await consumer.start()
-        async with HttpCounterparty(settings.counterparty()) as counterparty:
+        async with HttpCounterparty(counterparty_settings) as counterparty:
             writer = AckedWriter(producer)
             engine: Engine
             if window.mode is Mode.BATCH:
@@ -91,9 +99,13 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
             await server.stop()
         await stop_quietly(consumer)
         await stop_quietly(producer)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
+        _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+def _remove_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(signum)
 
 
 def _stopper(stop: asyncio.Event, signum: int) -> Callable[[], None]:

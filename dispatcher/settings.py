@@ -100,7 +100,11 @@ class ObservabilityConfig:
 def _duration(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
-    return parse_duration_s(str(value))
+    try:
+        return parse_duration_s(str(value))
+    except ConfigError as exc:
+        # Pydantic reports only ValueError per field; a ConfigError would escape unnamed.
+        raise ValueError(str(exc)) from exc
 
 
 class DispatchSettings(BaseSettings):
@@ -218,7 +222,8 @@ def load_settings(**flags: Any) -> DispatchSettings:
         problems = []
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
-            where = f"--{field.replace('_', '-')}" if field else "settings"
             message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"{where} (or WAITLINE_{field.upper()}): {message}")
+            # A check across fields has no location; its message names the flags itself.
+            problems.append(f"--{field.replace('_', '-')} (or WAITLINE_{field.upper()}): "
+                            f"{message}" if field else message)
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from exc

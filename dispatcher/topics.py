@@ -82,6 +82,10 @@ async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
     plans = plan_topics(topics, with_wait_topic=with_wait_topic)
     existing = {t["topic"] for t in await admin.describe_topics([p.name for p in plans])
                 if t["error_code"] != UNKNOWN_TOPIC}
+    # Existing topics first: a pod that will refuse to start must not create the others.
+    for plan in plans:
+        if plan.required and plan.name in existing:
+            await _check_configs(admin, plan)
     to_create = [p for p in plans if p.name not in existing]
     if to_create and not topics.create_missing:
         names = ", ".join(f"{p.role} topic {p.name}" for p in to_create)
@@ -97,9 +101,6 @@ async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
                      wanted_partitions)
         except TopicAlreadyExistsError:
             pass  # another pod of the group created it first
-    for plan in plans:
-        if plan.required and plan.name in existing:
-            await _check_configs(admin, plan)
 
 
 async def _check_configs(admin: AIOKafkaAdminClient, plan: TopicPlan) -> None:

@@ -45,7 +45,7 @@ async def test_kafka_round_trips_binary_keys_and_headers_with_committed_offsets(
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, group_id=group,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
-    received = []
+    received: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
     try:
         async with asyncio.timeout(30):
             while len(received) < len(sent):

@@ -1,0 +1,388 @@
+"""Helpers for the dispatcher's integration tests: topics, input records, reading results back,
+a recording HTTP counterparty, and running the pod in-process or as a `waitline dispatch` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import re
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.structs import ConsumerRecord
+
+from dispatcher.pod import run_pod
+from dispatcher.settings import DispatchSettings, load_settings
+from dispatcher.wire import (
+    DlqEntry,
+    Headers,
+    SourceRecord,
+    WaitEntry,
+    parse_dlq_record,
+    parse_wait_record,
+    wait_id_for,
+)
+
+LARGE_RECORD_BYTES = 4 * 1024 * 1024
+# What the engine logs once it holds partitions ("partitions assigned: none" holds none).
+HOLDS_PARTITIONS_LOG = r"partitions assigned: (?!none)"
+
+
+# --- Kafka ---------------------------------------------------------------------------------
+
+async def create_topic(bootstrap: str, name: str, partitions: int = 3,
+                       configs: dict[str, str] | None = None) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                            replication_factor=1, topic_configs=configs or {})])
+    finally:
+        await admin.close()
+
+
+async def topic_exists(bootstrap: str, name: str) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return name in await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """A record to produce; `partition` None lets the producer choose."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+    partition: int | None = 0
+
+
+async def produce_records(bootstrap: str, topic: str,
+                          records: Sequence[InputRecord]) -> list[SourceRecord]:
+    """Write `records` in order and return them as consumed records will look (coordinates,
+    timestamp), for exact comparison with what the dispatcher wrote."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                max_request_size=LARGE_RECORD_BYTES)
+    await producer.start()
+    sent: list[SourceRecord] = []
+    try:
+        base_ms = int(time.time() * 1000)
+        for index, record in enumerate(records):
+            timestamp_ms = base_ms + index  # explicit, so the test knows it exactly
+            metadata = await producer.send_and_wait(
+                topic, record.value, key=record.key, partition=record.partition,
+                headers=list(record.headers), timestamp_ms=timestamp_ms)
+            sent.append(SourceRecord(topic=topic, partition=metadata.partition,
+                                     offset=metadata.offset, key=record.key, value=record.value,
+                                     headers=record.headers, timestamp_ms=timestamp_ms))
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
+    """`topic`'s partitions, asked of the cluster (a client's cached metadata may predate it);
+    empty when the topic does not exist."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(TopicPartition(topic, p["partition"])
+                  for t in described if t["error_code"] == 0 for p in t["partitions"])
+
+
+async def read_topic(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of `topic` up to its current end, partition by partition in offset order;
+    empty when the topic does not exist."""
+    partitions = await topic_partitions(bootstrap, topic)
+    if not partitions:
+        return []
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                max_partition_fetch_bytes=LARGE_RECORD_BYTES)
+    await consumer.start()
+    records: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        async with asyncio.timeout(30):
+            while not await _reached(consumer, ends):
+                batch = await consumer.getmany(timeout_ms=200)
+                for tp_records in batch.values():
+                    records.extend(tp_records)
+    finally:
+        await consumer.stop()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+async def _reached(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return False
+    return True
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    partitions = await topic_partitions(bootstrap, topic)
+    if not partitions:
+        return {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        return {tp.partition: offset
+                for tp, offset in (await consumer.end_offsets(partitions)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets of `topic`'s partitions (absent: nothing committed)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items()
+            if tp.topic == topic and meta.offset >= 0}
+
+
+async def fully_committed(bootstrap: str, group: str, topic: str) -> bool:
+    """True when the group has committed every partition of `topic` up to its end."""
+    ends = await end_offsets(bootstrap, topic)
+    committed = await committed_offsets(bootstrap, group, topic)
+    return all(committed.get(p, 0) == end for p, end in ends.items())
+
+
+@dataclass
+class WaitTopic:
+    """The wait topic read back, by wait id: how many prepares and tombstones, the first
+    prepare parsed, and whether the id's last record is a tombstone."""
+
+    prepares: Counter[uuid.UUID] = field(default_factory=Counter)
+    tombstones: Counter[uuid.UUID] = field(default_factory=Counter)
+    first_prepare: dict[uuid.UUID, WaitEntry] = field(default_factory=dict)
+    closed: dict[uuid.UUID, bool] = field(default_factory=dict)
+
+    @property
+    def open_ids(self) -> set[uuid.UUID]:
+        """Wait ids whose last record is a prepare: "potentially lost", owned by the registry."""
+        return {wait_id for wait_id, closed in self.closed.items() if not closed}
+
+
+async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopic:
+    state = WaitTopic()
+    for record in await read_topic(bootstrap, topic):
+        entry = parse_wait_record(record.key, record.value, record.headers)
+        if entry.is_tombstone:
+            state.tombstones[entry.wait_id] += 1
+        else:
+            state.prepares[entry.wait_id] += 1
+            state.first_prepare.setdefault(entry.wait_id, entry)
+        state.closed[entry.wait_id] = entry.is_tombstone
+    return state
+
+
+async def read_dlq(bootstrap: str, topic: str) -> list[DlqEntry]:
+    return [parse_dlq_record(r.key, r.value, r.headers) for r in await read_topic(bootstrap, topic)]
+
+
+def wait_ids(group: str, sources: Sequence[SourceRecord]) -> list[uuid.UUID]:
+    return [wait_id_for(group, s.topic, s.partition, s.offset) for s in sources]
+
+
+async def input_wait_ids(bootstrap: str, group: str, topic: str) -> set[uuid.UUID]:
+    """The wait id of every record of `topic` (by coordinates, as the dispatcher derives them)."""
+    return {wait_id_for(group, topic, partition, offset)
+            for partition, end in (await end_offsets(bootstrap, topic)).items()
+            for offset in range(end)}
+
+
+# --- the counterparty ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Answer:
+    """How the recording counterparty answers one call."""
+
+    delay_s: float = 0.0
+    status: int = 200
+
+
+@dataclass(frozen=True)
+class Call:
+    idempotency_key: str | None
+    body_bytes: int
+    arrived_s: float  # time.monotonic()
+
+
+class RecordingCounterparty:
+    """An HTTP counterparty that records every call (Idempotency-Key, body size, arrival time)
+    and answers each as `decide(body)` says. `async with RecordingCounterparty(...) as cp:`."""
+
+    def __init__(self, decide: Callable[[bytes], Answer] = lambda _body: Answer()) -> None:
+        self._decide = decide
+        self.calls: list[Call] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def calls_per_key(self) -> Counter[str]:
+        """Calls per Idempotency-Key."""
+        return Counter(c.idempotency_key for c in self.calls if c.idempotency_key is not None)
+
+    def peak_rate_per_s(self) -> float:
+        """The most calls that arrived within any one-second window."""
+        times = sorted(c.arrived_s for c in self.calls)
+        peak, start = 0, 0
+        for end, arrived in enumerate(times):
+            while arrived - times[start] > 1.0:
+                start += 1
+            peak = max(peak, end - start + 1)
+        return float(peak)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.calls.append(Call(request.headers.get("Idempotency-Key"), len(body),
+                               time.monotonic()))
+        answer = self._decide(body)
+        await asyncio.sleep(answer.delay_s)
+        return web.json_response({"status": answer.status}, status=answer.status)
+
+    async def __aenter__(self) -> Self:
+        app = web.Application(client_max_size=LARGE_RECORD_BYTES)
+        app.router.add_post("/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/calls"
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+# --- running the pod -----------------------------------------------------------------------
+
+async def wait_until(condition: Callable[[], bool | Awaitable[bool]], what: str,
+                     timeout_s: float = 60.0) -> None:
+    """Poll `condition` (plain or async) until it holds; AssertionError naming `what` if not."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if await result if inspect.isawaitable(result) else result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        await asyncio.sleep(0.1)
+
+
+async def run_pod_until(settings: DispatchSettings, finished: Callable[[], Awaitable[bool]],
+                        timeout_s: float = 60.0) -> None:
+    """Run the pod in this process until `finished()` holds, then stop it (drain) and wait."""
+    stop = asyncio.Event()
+    pod = asyncio.create_task(run_pod(settings, stop), name="pod-under-test")
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not await finished():
+                if pod.done():
+                    await pod  # raises what stopped it
+                    raise AssertionError("the pod stopped before the test's condition held")
+                await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        async with asyncio.timeout(timeout_s):
+            await pod
+
+
+def dispatch_argv(**flags: str | int | bool) -> list[str]:
+    """`python -m dispatcher dispatch --flag value ...` for a subprocess; a bool flag becomes
+    `--flag` or `--no-flag`."""
+    argv = [sys.executable, "-m", "dispatcher", "dispatch"]
+    for name, value in flags.items():
+        option = name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(f"--{option}" if value else f"--no-{option}")
+        else:
+            argv += [f"--{option}", str(value)]
+    return argv
+
+
+class DispatcherProcess:
+    """A `waitline dispatch` subprocess whose output goes to `log_path`; killed on exit if it is
+    still running. `async with DispatcherProcess(argv, log_path) as pod:`."""
+
+    def __init__(self, argv: list[str], log_path: Path) -> None:
+        self._argv = argv
+        self.log_path = log_path
+        self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        if self._process is None:
+            raise RuntimeError("the dispatcher process has not started")
+        return self._process
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def wait_for_log(self, pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
+        """Wait until the regular expression `pattern` matches in the log; fail early if the
+        process ends first."""
+        deadline = time.monotonic() + timeout_s
+        while (match := re.search(pattern, self.log())) is None:
+            if self.process.returncode is not None:
+                raise AssertionError(f"dispatcher exited {self.process.returncode} before "
+                                     f"logging {pattern!r}:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} within {timeout_s} s:\n"
+                                     f"{self.log()[-3000:]}")
+            await asyncio.sleep(0.1)
+        return match
+
+    def send(self, signum: signal.Signals) -> None:
+        self.process.send_signal(signum)
+
+    async def wait(self, timeout_s: float) -> int:
+        async with asyncio.timeout(timeout_s):
+            return await self.process.wait()
+
+    async def __aenter__(self) -> Self:
+        with self.log_path.open("ab") as out:
+            self._process = await asyncio.create_subprocess_exec(
+                *self._argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            await self._process.wait()
+
+
+def pod_settings(bootstrap: str, input_topic: str, group: str, counterparty_url: str,
+                 **flags: Any) -> DispatchSettings:
+    """Settings for a pod under test: quick commits, everything else as given."""
+    return load_settings(input_topic=input_topic, group=group, counterparty_url=counterparty_url,
+                         bootstrap_servers=bootstrap, **{"commit_interval": "200ms", **flags})
