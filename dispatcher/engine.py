@@ -7,8 +7,9 @@ would read as a tombstone there): it goes straight to the DLQ as `NullValueError
 acknowledged DLQ record is what makes its offset committable.
 
 Window: at most `concurrency` records between fetched and finished (a rebalance while the window
-is full may add one poll's worth, which is started rather than dropped). A full window pauses the
-assigned partitions, and the poll loop keeps calling `getmany`, so the consumer stays in its group.
+is full may add one poll's worth, which is started rather than dropped). A window that stays full
+pauses the assigned partitions, and the poll loop keeps calling `getmany`, so the consumer stays
+in its group.
 
 Rebalance: on revoke we wait for the revoked partitions' in-flight prepares, commit their
 watermark and forget them. Prepared records keep running to their tombstone (the registry owns
@@ -128,26 +129,34 @@ class AtLeastOnceEngine:
 
     async def _poll_once(self) -> None:
         free = self._window.concurrency - len(self._tasks)
-        assignment = self._consumer.assignment()
         if free <= 0:
-            self._consumer.pause(*assignment)
             self._slot_freed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._slot_freed.wait(), FULL_WINDOW_WAIT_S)
-            # Keep polling while paused: it keeps us in the group. A rebalance during the wait
-            # (or inside this poll) assigns partitions that are not paused, and the poll may
-            # return their records: those are started, not dropped, since dropping them would
-            # let the watermark commit past records never prepared. The window overshoots by
-            # at most one poll's worth, once per rebalance.
-            self._consumer.pause(*self._consumer.assignment())
-            batch = await self._consumer.getmany(timeout_ms=0)
-            for tp, records in batch.items():
-                self._start_all(_key(tp), records)
+            try:
+                async with asyncio.timeout(FULL_WINDOW_WAIT_S):
+                    await self._slot_freed.wait()
+            except TimeoutError:
+                await self._poll_while_full()
+            # A slot freed quickly: fetch on the next turn. Not pausing in that case matters:
+            # aiokafka drops a paused partition's prefetched records, so pausing on every full
+            # window would cost a fetch round trip per record at steady state.
             return
         paused = self._consumer.paused()
         if paused:
             self._consumer.resume(*paused)
         batch = await self._consumer.getmany(timeout_ms=POLL_TIMEOUT_MS, max_records=free)
+        for tp, records in batch.items():
+            self._start_all(_key(tp), records)
+
+    async def _poll_while_full(self) -> None:
+        """The window stayed full: pause fetching, but keep polling so we stay in the group.
+
+        A rebalance during the wait (or inside this poll) assigns partitions that are not
+        paused, and the poll may return their records: those are started, not dropped, since
+        dropping them would let the watermark commit past records never prepared. The window
+        overshoots by at most one poll's worth, once per rebalance.
+        """
+        self._consumer.pause(*self._consumer.assignment())
+        batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
             self._start_all(_key(tp), records)
 
