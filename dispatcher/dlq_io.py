@@ -1,0 +1,466 @@
+"""Kafka I/O of the DLQ tools: scanning a DLQ and its replay ledger, fetching one record, and
+replaying planned records (the decisions are `dispatcher.dlq`'s).
+
+Scans read with isolation_level=read_committed and no consumer group (they commit nothing), from
+each partition's first offset (or the first at or after `--since`, via the time index) to the
+end offset taken when the scan starts, so every command terminates while the pod keeps writing.
+
+Replay, the I/O half of the no-double-replay design described in `dispatcher.dlq`:
+
+1. `KafkaSession.plan_replay` reads the ledger, scans the DLQ and decides record by record; it
+   writes nothing (a dry run stops here; the CLI asks for confirmation here, with no Kafka
+   client open while it waits).
+2. `execute_replay` starts a producer whose transactional id is derived from the DLQ topic
+   (`waitline-dlq-replay.<dlq topic>`) and initialises it before it reads anything. The broker
+   then fences any other replay of the same DLQ still running (its open transaction is aborted,
+   its next commit fails) and first finishes writing the markers of committed transactions, so
+   the ledger, read next, holds every replay committed so far: the plan's items replayed since
+   it was made are dropped (`ReplayPlan.still_due`).
+3. The remaining records are read again and replayed in transactions of up to
+   TRANSACTION_MAX_RECORDS records (or TRANSACTION_MAX_BYTES): the replayed originals and their
+   ledger entries are committed together once all are acknowledged, or aborted together. A
+   failed or interrupted replay can therefore always be run again: it replays what is missing.
+
+Readers of the target topic with read_uncommitted isolation can see an aborted replay; the
+dispatcher reads read_committed. A replayed record gets a new timestamp (the original one could
+put it past the topic's retention at once); its partition follows from its key, as the original
+producer's did with the default partitioner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import aclosing, contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
+
+from dispatcher.dlq import (
+    DlqCoordinates,
+    DlqRecord,
+    LedgerEntry,
+    ReplayItem,
+    ReplayLedger,
+    ReplayPlan,
+    ReplayPlanner,
+    ReplayRequest,
+    ledger_record,
+    ledger_topic_for,
+    original_record,
+    parse_ledger_record,
+)
+from dispatcher.errors import (
+    ConfigError,
+    ConsumeError,
+    ProduceError,
+    TopicSetupError,
+    WireFormatError,
+)
+from dispatcher.kafka_io import make_producer, stop_quietly
+from dispatcher.settings import MAX_RECORD_BYTES, KafkaConfig
+
+TRANSACTION_MAX_RECORDS = 500
+TRANSACTION_MAX_BYTES = 32 * 1024 * 1024
+TRANSACTIONAL_ID_PREFIX = "waitline-dlq-replay."
+STALL_TIMEOUT_S = 30.0
+"""A scan that makes no progress for this long fails instead of hanging."""
+_UNKNOWN_TOPIC = 3
+
+
+class ScanObserver(Protocol):
+    """Told how far a scan got, e.g. to draw a progress bar. Counts are offsets, not records:
+    transaction markers and compacted gaps take offsets too."""
+
+    def scanning(self, topic: str, total_offsets: int) -> None: ...
+
+    def advanced(self, offsets: int) -> None: ...
+
+
+class QuietObserver:
+    """A ScanObserver that shows nothing."""
+
+    def scanning(self, topic: str, total_offsets: int) -> None:
+        pass
+
+    def advanced(self, offsets: int) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What a replay did: the plan it carried out (without items replayed meanwhile), the
+    records replayed per target topic, and planned records not found any more (deleted by
+    retention since the plan was made)."""
+
+    plan: ReplayPlan
+    replayed: Counter[str]
+    vanished: int
+
+
+class KafkaSession:
+    """An admin client and a group-less consumer for one command; use as `async with`."""
+
+    def __init__(self, kafka: KafkaConfig) -> None:
+        self._kafka = kafka
+        self._admin = AIOKafkaAdminClient(**kafka.client_options())
+        self._consumer = AIOKafkaConsumer(
+            **kafka.client_options(),
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",  # a scan start deleted by retention moves forward
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=MAX_RECORD_BYTES,
+            fetch_max_bytes=4 * MAX_RECORD_BYTES,
+        )
+
+    @property
+    def kafka(self) -> KafkaConfig:
+        return self._kafka
+
+    async def __aenter__(self) -> KafkaSession:
+        try:
+            await self._admin.start()
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self.__aexit__()
+            raise ConsumeError(
+                f"cannot reach Kafka at {self._kafka.bootstrap_servers}: {exc}"
+            ) from exc
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await stop_quietly(self._consumer)
+        with suppress(KafkaError, OSError):  # closing connections: nothing left to protect
+            await self._admin.close()
+
+    async def partition_count(self, topic: str) -> int | None:
+        """How many partitions `topic` has; None when it does not exist."""
+        try:
+            described = await self._admin.describe_topics([topic])
+        except KafkaError as exc:
+            raise ConsumeError(f"cannot describe topic {topic}: {exc!r}") from exc
+        for info in described:
+            if info["topic"] == topic and info["error_code"] != _UNKNOWN_TOPIC:
+                return len(info["partitions"])
+        return None
+
+    async def require_topic(self, topic: str, role: str) -> int:
+        """The partition count of `topic`; TopicSetupError naming `role` when it is missing."""
+        count = await self.partition_count(topic)
+        if count is None:
+            raise TopicSetupError(f"{role} topic {topic} does not exist")
+        return count
+
+    async def scan_dlq(
+        self, dlq_topic: str, since_ms: int | None, observer: ScanObserver
+    ) -> AsyncGenerator[DlqRecord, None]:
+        """Every DLQ record written at or after `since_ms` (all when None), to the current end."""
+        partitions = await self.require_topic(dlq_topic, "DLQ")
+        tps = [TopicPartition(dlq_topic, p) for p in range(partitions)]
+        ranges = await self._offset_ranges(tps, since_ms)
+        async with aclosing(self._scan(dlq_topic, ranges, observer)) as scan:
+            async for consumed in scan:
+                yield _dlq_record(consumed)
+
+    async def read_ledger(self, dlq_topic: str, observer: ScanObserver) -> ReplayLedger:
+        """The replays of `dlq_topic` committed so far (none when its ledger does not exist)."""
+        ledger_topic = ledger_topic_for(dlq_topic)
+        partitions = await self.partition_count(ledger_topic)
+        ledger = ReplayLedger()
+        if partitions is None:
+            return ledger
+        tps = [TopicPartition(ledger_topic, p) for p in range(partitions)]
+        ranges = await self._offset_ranges(tps, None)
+        async with aclosing(self._scan(ledger_topic, ranges, observer)) as scan:
+            async for consumed in scan:
+                try:
+                    ledger.add(parse_ledger_record(consumed.value))
+                except WireFormatError as exc:
+                    raise WireFormatError(
+                        f"replay ledger {ledger_topic} holds a foreign record at "
+                        f"{consumed.partition}/{consumed.offset}; refusing to guess what was "
+                        f"replayed: {exc}"
+                    ) from exc
+        return ledger
+
+    async def fetch(self, dlq_topic: str, at: DlqCoordinates) -> DlqRecord:
+        """The DLQ record at `at`; ConfigError saying what is there instead when there is none."""
+        partitions = await self.require_topic(dlq_topic, "DLQ")
+        if not 0 <= at.partition < partitions:
+            raise ConfigError(
+                f"DLQ topic {dlq_topic} has partitions 0 to {partitions - 1}, not {at.partition}"
+            )
+        tp = TopicPartition(dlq_topic, at.partition)
+        first, end = (await self._offset_ranges([tp], None))[tp]
+        if not first <= at.offset < end:
+            held = f"offsets {first} to {end - 1}" if first < end else "no records"
+            raise ConfigError(f"DLQ topic {dlq_topic} partition {at.partition} holds {held}; "
+                              f"there is no offset {at.offset}")
+        found = [_dlq_record(consumed) async for consumed in
+                 self._scan(dlq_topic, {tp: (at.offset, at.offset + 1)}, QuietObserver())]
+        if not found:
+            raise ConfigError(f"no record at {dlq_topic} {at}: that offset holds a transaction "
+                              "marker or an aborted record")
+        return found[0]
+
+    async def plan_replay(
+        self, dlq_topic: str, request: ReplayRequest, preview_limit: int, observer: ScanObserver
+    ) -> ReplayPlan:
+        """What a replay would do now: read the ledger, scan the DLQ, decide record by record;
+        TopicSetupError when a target topic does not exist."""
+        if request.to_topic is not None:
+            await self.require_topic(request.to_topic, "target")
+        planner = ReplayPlanner(request, await self.read_ledger(dlq_topic, observer),
+                                preview_limit)
+        async with aclosing(self.scan_dlq(dlq_topic, request.dlq_filter.since_ms,
+                                          observer)) as scan:
+            async for record in scan:
+                planner.consider(record)
+        plan = planner.plan()
+        for target in plan.by_target():
+            await self.require_topic(target, "target")
+        return plan
+
+    async def scan_planned(
+        self, dlq_topic: str, plan: ReplayPlan, observer: ScanObserver
+    ) -> AsyncGenerator[tuple[ReplayItem, DlqRecord], None]:
+        """The planned records read again, each with its plan item (in offset order)."""
+        tps = {p: TopicPartition(dlq_topic, p) for p in plan.offset_ranges()}
+        current = await self._offset_ranges(list(tps.values()), None)
+        ranges = {}
+        for partition, (first, end) in plan.offset_ranges().items():
+            now_first, now_end = current[tps[partition]]
+            ranges[tps[partition]] = (max(first, now_first), min(end, now_end))
+        async with aclosing(self._scan(dlq_topic, ranges, observer)) as scan:
+            async for consumed in scan:
+                record = _dlq_record(consumed)
+                item = plan.item_for(record)
+                if item is not None:
+                    yield item, record
+
+    async def ensure_ledger(self, dlq_topic: str) -> str:
+        """Create the ledger of `dlq_topic` if missing, retained as long as the DLQ's records
+        (a ledger entry is younger than its DLQ record, so it outlives it)."""
+        ledger_topic = ledger_topic_for(dlq_topic)
+        if await self.partition_count(ledger_topic) is not None:
+            return ledger_topic
+        try:
+            retention_ms = await self._topic_config(dlq_topic, "retention.ms")
+            brokers = len((await self._admin.describe_cluster())["brokers"])
+            configs = {"cleanup.policy": "delete"}
+            if retention_ms is not None:
+                configs["retention.ms"] = retention_ms
+            await self._admin.create_topics(
+                [NewTopic(ledger_topic, 1, min(3, brokers), topic_configs=configs)]
+            )
+        except TopicAlreadyExistsError:
+            pass
+        except KafkaError as exc:
+            raise TopicSetupError(f"cannot create the replay ledger {ledger_topic}: {exc!r}; "
+                                  "create it (1 partition, cleanup.policy=delete) and retry"
+                                  ) from exc
+        return ledger_topic
+
+    async def _topic_config(self, topic: str, name: str) -> str | None:
+        responses = await self._admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {name: None})])
+        for response in responses:
+            for _err, _msg, _type, _name, entries in response.resources:
+                for entry in entries:
+                    if entry[0] == name:
+                        return str(entry[1])
+        return None
+
+    async def _offset_ranges(
+        self, tps: list[TopicPartition], since_ms: int | None
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Per partition, [first offset to read, end offset now)."""
+        try:
+            ends: dict[TopicPartition, int] = await self._consumer.end_offsets(tps)
+            firsts: dict[TopicPartition, int] = await self._consumer.beginning_offsets(tps)
+            if since_ms is not None:
+                found = await self._consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+                firsts = {tp: ends[tp] if found[tp] is None else found[tp].offset for tp in tps}
+        except KafkaError as exc:
+            raise ConsumeError(f"cannot read offsets of {tps[0].topic}: {exc!r}") from exc
+        return {tp: (firsts[tp], ends[tp]) for tp in tps}
+
+    async def _scan(
+        self, topic: str, ranges: dict[TopicPartition, tuple[int, int]], observer: ScanObserver
+    ) -> AsyncGenerator[Any, None]:
+        """Consumer records in each partition's [first, end) range; per partition in order."""
+        ranges = {tp: bounds for tp, bounds in ranges.items() if bounds[0] < bounds[1]}
+        observer.scanning(topic, sum(end - first for first, end in ranges.values()))
+        if not ranges:
+            return
+        consumer = self._consumer
+        positions = {tp: first for tp, (first, _) in ranges.items()}
+        try:
+            consumer.assign(list(ranges))
+            for tp, first in positions.items():
+                consumer.seek(tp, first)
+            last_progress = time.monotonic()
+            while pending := [tp for tp in ranges if positions[tp] < ranges[tp][1]]:
+                batches = await consumer.getmany(*pending, timeout_ms=500, max_records=1000)
+                for tp, consumed in batches.items():
+                    for record in consumed:
+                        if record.offset < ranges[tp][1]:
+                            yield record
+                for tp in pending:
+                    position = min(await consumer.position(tp), ranges[tp][1])
+                    if position > positions[tp]:
+                        observer.advanced(position - positions[tp])
+                        positions[tp] = position
+                        last_progress = time.monotonic()
+                    if position >= ranges[tp][1]:
+                        consumer.pause(tp)
+                if time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                    stuck = ", ".join(f"{tp.partition}@{positions[tp]}" for tp in pending)
+                    raise ConsumeError(f"reading {topic} made no progress for "
+                                       f"{STALL_TIMEOUT_S:g} s (partition@offset: {stuck})")
+        except KafkaError as exc:
+            raise ConsumeError(f"reading {topic} failed: {exc!r}") from exc
+        finally:
+            consumer.unsubscribe()
+
+
+def _dlq_record(consumed: Any) -> DlqRecord:
+    return DlqRecord.parse(DlqCoordinates(consumed.partition, consumed.offset),
+                           consumed.timestamp, consumed.key, consumed.value, consumed.headers)
+
+
+async def execute_replay(
+    session: KafkaSession, dlq_topic: str, plan: ReplayPlan, observer: ScanObserver
+) -> ReplayOutcome:
+    """Replay what `plan` still needs, each record once (see the module docstring for the order
+    of the steps and why)."""
+    producer = make_producer(session.kafka, linger_ms=5,
+                             transactional_id=TRANSACTIONAL_ID_PREFIX + dlq_topic)
+    try:
+        try:
+            await producer.start()
+            async with producer.transaction():
+                pass  # an empty transaction: returns once the transactional id is ours
+        except KafkaError as exc:
+            raise ProduceError(f"cannot start the replay producer: {exc!r}") from exc
+        plan = plan.still_due(await session.read_ledger(dlq_topic, observer))
+        if not plan.items:
+            return ReplayOutcome(plan, Counter(), vanished=0)
+        writer = _ReplayWriter(producer, await session.ensure_ledger(dlq_topic))
+        try:
+            async with aclosing(session.scan_planned(dlq_topic, plan, observer)) as scan:
+                async for item, record in scan:
+                    await writer.add(item, record)
+            await writer.commit()
+        except BaseException:
+            await writer.abandon()
+            raise
+        return ReplayOutcome(plan, writer.replayed,
+                             vanished=len(plan.items) - writer.replayed.total())
+    finally:
+        await stop_quietly(producer)
+
+
+class _ReplayWriter:
+    """Streams replays into transactions, each committing its records with their ledger
+    entries; only one transaction's send futures are held, never the record values."""
+
+    def __init__(self, producer: Any, ledger_topic: str) -> None:
+        self._producer = producer
+        self._ledger_topic = ledger_topic
+        self._items: list[ReplayItem] = []
+        self._sends: list[asyncio.Future[Any]] = []  # the open transaction's, ledger's too
+        self._pending_bytes = 0
+        self.replayed: Counter[str] = Counter()
+
+    async def add(self, item: ReplayItem, record: DlqRecord) -> None:
+        """Send `item`'s original record in the open transaction (opening one if needed)."""
+        original = original_record(record)
+        with self._translated():
+            if not self._items:
+                await self._producer.begin_transaction()
+            sent = await self._producer.send(item.target_topic, original.value, key=original.key,
+                                             headers=list(original.headers))
+        self._items.append(item)
+        self._sends.append(sent)
+        self._pending_bytes += len(original.value or b"") + len(original.key or b"")
+        if (len(self._items) >= TRANSACTION_MAX_RECORDS
+                or self._pending_bytes >= TRANSACTION_MAX_BYTES):
+            await self.commit()
+
+    async def commit(self) -> None:
+        """Commit the open transaction: the replays, once acknowledged, with their entries."""
+        if not self._items:
+            return
+        with self._translated():
+            landed = await _all_acknowledged(self._sends)
+            now_ms = int(time.time() * 1000)
+            ledger_sends = []
+            for item, meta in zip(self._items, landed, strict=True):
+                entry = ledger_record(LedgerEntry(item.coordinates, item.timestamp_ms,
+                                                  item.target_topic, meta.partition, meta.offset,
+                                                  now_ms))
+                ledger_sends.append(await self._producer.send(
+                    self._ledger_topic, entry.value, key=entry.key))
+            self._sends += ledger_sends
+            await _all_acknowledged(ledger_sends)
+            await self._producer.commit_transaction()
+        self.replayed.update(item.target_topic for item in self._items)
+        self._forget_transaction()
+
+    async def abandon(self) -> None:
+        """Abort the open transaction, if any: none of its replays become visible."""
+        if not self._items:
+            return
+        for sent in self._sends:
+            sent.add_done_callback(_retrieve)  # they fail with the abort; nobody awaits them
+        self._forget_transaction()
+        # A fenced producer is in a fatal state where aborting is illegal (aiokafka's own
+        # transaction context checks the same); the broker has aborted its transaction.
+        if self._producer._txn_manager.is_fatal_error():
+            return
+        with suppress(KafkaError):  # unreachable: the broker aborts it at its timeout
+            await self._producer.abort_transaction()
+
+    def _forget_transaction(self) -> None:
+        self._items.clear()
+        self._sends.clear()
+        self._pending_bytes = 0
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        done = self.replayed.total()
+        try:
+            yield
+        except ProducerFenced as exc:
+            raise ProduceError(
+                f"another `waitline dlq replay` of the same DLQ took over after {done} "
+                "replayed records (all in the ledger); this run stopped, its open batch aborted"
+            ) from exc
+        except KafkaError as exc:
+            raise ProduceError(
+                f"replay failed after {done} replayed records (all in the ledger): {exc!r}; "
+                "the open batch was aborted: run the same replay again to finish"
+            ) from exc
+
+
+async def _all_acknowledged(sends: list[asyncio.Future[Any]]) -> list[Any]:
+    """The record metadata of every send; the first failure once all are settled, so no
+    failure is left unretrieved."""
+    outcomes = await asyncio.gather(*sends, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes
+
+
+def _retrieve(sent: asyncio.Future[Any]) -> None:
+    if not sent.cancelled():
+        sent.exception()

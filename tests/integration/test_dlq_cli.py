@@ -1,0 +1,421 @@
+"""`waitline dlq` against a real Kafka, through typer's CliRunner (and once as a subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from typer.testing import CliRunner, Result
+
+from dispatcher import wire
+from dispatcher.dlq import ReplayRequest
+from dispatcher.dlq_cli import app
+from dispatcher.dlq_io import KafkaSession, QuietObserver, ReplayOutcome, execute_replay
+from dispatcher.errors import ProduceError
+from dispatcher.settings import KafkaConfig
+from dispatcher.wire import Failure, Headers, SourceRecord
+
+pytestmark = pytest.mark.integration
+
+DAY_MS = 86_400_000
+TIMEOUT = Failure("TimeoutError", "no answer within 60 s",
+                  'Traceback (most recent call last):\n  File "engine.py", line 1\nTimeoutError')
+HTTP_500 = Failure("HTTPStatusError", "500 Internal Server Error")
+
+Original = tuple[bytes | None, bytes | None, Headers]
+
+
+@dataclass(frozen=True)
+class Dlq:
+    """A DLQ filled with records of two original topics, and a way to run `waitline dlq`."""
+
+    bootstrap: str
+    group: str
+    topic: str
+    orders: str
+    refunds: str
+    originals: dict[str, list[Original]]  # per original topic, in DLQ order
+    wait_ids: list[str]
+
+    def run(self, *args: str, stdin: str | None = None) -> Result:
+        return CliRunner().invoke(app, [*args, "--bootstrap-servers", self.bootstrap],
+                                  input=stdin, env={"COLUMNS": "300"})
+
+    def json(self, *args: str) -> Any:
+        result = self.run(*args, "--json")
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    def written(self, topic: str) -> list[Original]:
+        return asyncio.run(read_all(self.bootstrap, topic))
+
+
+async def read_all(bootstrap: str, topic: str) -> list[Original]:
+    """Every committed record of `topic`, as (key, value, headers)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        records: list[Original] = []
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records += [(r.key, r.value, tuple(r.headers)) for r in batch]
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def topic_exists(bootstrap: str, topic: str) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return topic in await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+def originals(records: list[Original]) -> Counter[Original]:
+    return Counter(records)
+
+
+@pytest.fixture
+def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
+    """DLQ `<group>.dlq`: partition 0 holds three `orders` failures (the first written two days
+    ago), partition 1 one `refunds` failure and one malformed record."""
+    group = unique_name("dlqtool")
+    orders, refunds, dlq_topic = unique_name("orders"), unique_name("refunds"), f"{group}.dlq"
+    now_ms = int(time.time() * 1000)
+    sources = [
+        (0, now_ms - 2 * DAY_MS, SourceRecord(
+            orders, 2, 10, b"\x00\xffkey", b'{"order": 1}',
+            (("trace", b"\xff\xfe"), ("trace", b"second"), ("Exception", b"theirs")), now_ms),
+         TIMEOUT),
+        (0, now_ms, SourceRecord(orders, 0, 11, None, b"null key body", (), now_ms), HTTP_500),
+        (0, now_ms, SourceRecord(orders, 1, 12, b"k3", b"", (("nullable", None),), now_ms),
+         TIMEOUT),
+        (1, now_ms, SourceRecord(refunds, 0, 5, b"r1", b"refund body \xff", (), now_ms),
+         TIMEOUT),
+    ]
+
+    async def fill() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(orders, 3, 1), NewTopic(refunds, 1, 1),
+                                       NewTopic(dlq_topic, 2, 1)])
+        finally:
+            await admin.close()
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
+                                    enable_idempotence=True)
+        await producer.start()
+        try:
+            for partition, timestamp_ms, source, failure in sources:
+                record = wire.dlq_record(source, group, failure)
+                await producer.send_and_wait(dlq_topic, record.value, key=record.key,
+                                             headers=list(record.headers), partition=partition,
+                                             timestamp_ms=timestamp_ms)
+            await producer.send_and_wait(dlq_topic, b"junk", key=b"k",
+                                         headers=[("Exception", b"X")], partition=1)
+        finally:
+            await producer.stop()
+
+    asyncio.run(fill())
+    by_topic: dict[str, list[Original]] = {orders: [], refunds: []}
+    for _, _, source, _ in sources:
+        by_topic[source.topic].append((source.key, source.value, source.headers))
+    wait_ids = [str(wire.wait_id_for(group, s.topic, s.partition, s.offset))
+                for _, _, s, _ in sources]
+    return Dlq(kafka_bootstrap, group, dlq_topic, orders, refunds, by_topic, wait_ids)
+
+
+def test_list_shows_every_record_oldest_first(dlq: Dlq) -> None:
+    result = dlq.run("list", "--group", dlq.group)
+    assert result.exit_code == 0, result.output
+    for text in ("0/0", "0/1", "0/2", "1/0", "1/1", "TimeoutError", "HTTPStatusError",
+                 "malformed", f"{dlq.refunds}/0/5", "0x00ff6b6579", "(null)", "(empty)",
+                 "5 matching records (5 scanned)"):
+        assert text in result.stdout, text
+    assert result.stdout.index("0/0") < result.stdout.index("0/1")  # two days older
+
+
+def test_list_json_filters_by_exception_and_original_topic(dlq: Dlq) -> None:
+    listed = dlq.json("list", "--dlq-topic", dlq.topic, "--exception", "TimeoutError",
+                      "--original-topic", dlq.orders)
+    assert (listed["scanned"], listed["matching"]) == (5, 2)
+    rows = listed["records"]
+    assert [(r["dlq_partition"], r["dlq_offset"]) for r in rows] == [(0, 0), (0, 2)]
+    assert rows[0]["key"] == "base64:AP9rZXk="
+    assert (rows[0]["original_topic"], rows[0]["original_partition"],
+            rows[0]["original_offset"]) == (dlq.orders, 2, 10)
+    assert rows[0]["wait_id"] == dlq.wait_ids[0]
+    assert rows[1]["value_size"] == 0
+    assert all(row["replayed_to"] == [] for row in rows)
+
+
+def test_list_since_and_limit(dlq: Dlq) -> None:
+    recent = dlq.json("list", "--group", dlq.group, "--since", "1d")
+    assert recent["matching"] == 4
+    assert (0, 0) not in [(r["dlq_partition"], r["dlq_offset"]) for r in recent["records"]]
+    limited = dlq.json("list", "--group", dlq.group, "--limit", "1")
+    assert limited["matching"] == 5
+    assert [(r["dlq_partition"], r["dlq_offset"]) for r in limited["records"]] == [(0, 0)]
+
+
+def test_stats_count_by_exception_and_topic(dlq: Dlq) -> None:
+    totals = dlq.json("stats", "--group", dlq.group)
+    assert totals["total"] == 5
+    assert totals["malformed"] == 1
+    assert totals["by_exception"] == {"TimeoutError": 3, "HTTPStatusError": 1}
+    assert totals["by_original_topic"] == {dlq.orders: 3, dlq.refunds: 1}
+    assert totals["oldest"] < totals["newest"]
+    table = dlq.run("stats", "--group", dlq.group)
+    assert table.exit_code == 0, table.output
+    assert "by exception" in table.stdout
+    assert "HTTPStatusError" in table.stdout
+
+
+def test_show_decodes_the_record_in_full(dlq: Dlq) -> None:
+    detail = dlq.json("show", "--dlq-topic", dlq.topic, "--partition", "0", "--offset", "0")
+    assert detail["exception"] == "TimeoutError"
+    assert detail["stacktrace"] == TIMEOUT.stacktrace
+    assert detail["group"] == dlq.group
+    original = detail["original"]
+    assert original["key"] == {"base64": "AP9rZXk="}
+    assert original["headers"] == [["trace", {"base64": "//4="}], ["trace", {"utf8": "second"}],
+                                   ["Exception", {"utf8": "theirs"}]]
+    assert original["value"] == {"utf8": '{"order": 1}'}
+    assert ["DispatcherGroup", {"utf8": dlq.group}] in detail["dlq_headers"]
+
+    shown = dlq.run("show", "--group", dlq.group, "--partition", "1", "--offset", "0")
+    assert shown.exit_code == 0, shown.output
+    for text in ("stack trace", 'File "engine.py", line 1', "refund body", "00000000",
+                 "13 bytes", f"{dlq.refunds} partition 0 offset 5"):
+        assert text in shown.stdout, text
+
+
+def test_show_by_wait_id_and_a_malformed_record(dlq: Dlq) -> None:
+    found = dlq.json("show", "--group", dlq.group, "--wait-id", dlq.wait_ids[1])
+    assert [(d["dlq_partition"], d["dlq_offset"]) for d in found] == [(0, 1)]
+    assert found[0]["original"]["key"] is None
+    junk = dlq.json("show", "--group", dlq.group, "--partition", "1", "--offset", "1")
+    assert junk["malformed"] is True
+    assert "ORIGINAL_HEADERS" in junk["problem"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list"], "pass --group GROUP"),
+        (["list", "--group", "{group}", "--since", "soon"], "invalid duration 'soon'"),
+        (["list", "--dlq-topic", "no-such-topic"], "DLQ topic no-such-topic does not exist"),
+        (["show", "--group", "{group}", "--partition", "0", "--offset", "99"],
+         "holds offsets 0 to 2; there is no offset 99"),
+        (["show", "--group", "{group}", "--partition", "7", "--offset", "0"],
+         "has partitions 0 to 1, not 7"),
+        (["show", "--group", "{group}", "--partition", "0"], "pass either --partition"),
+        (["replay", "--group", "{group}", "--to-topic", "nowhere", "--yes"],
+         "target topic nowhere does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(dlq: Dlq, args: list[str], message: str) -> None:
+    result = dlq.run(*[arg.format(group=dlq.group) for arg in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_replay_dry_run_writes_nothing(dlq: Dlq) -> None:
+    planned = dlq.json("replay", "--group", dlq.group, "--dry-run")
+    assert planned["dry_run"] is True
+    assert planned["planned"] == 4
+    assert planned["planned_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
+    assert planned["malformed"] == 1
+    assert len(planned["preview"]) == 4
+    table = dlq.run("replay", "--group", dlq.group, "--dry-run")
+    assert "dry run: nothing was written" in table.stdout
+    assert dlq.written(dlq.orders) == []
+    assert dlq.written(dlq.refunds) == []
+    assert not asyncio.run(topic_exists(dlq.bootstrap, f"{dlq.topic}.replayed"))
+
+
+def test_replay_writes_the_exact_originals_once(dlq: Dlq) -> None:
+    first = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert first["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
+    assert first["malformed"] == 1
+    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
+    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+
+    second = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert (second["replayed"], second["already_replayed"]) == (0, 4)
+    assert len(dlq.written(dlq.orders)) == 3
+    assert len(dlq.written(dlq.refunds)) == 1
+    listed = dlq.json("list", "--group", dlq.group, "--original-topic", dlq.refunds)
+    assert listed["records"][0]["replayed_to"] == [dlq.refunds]
+
+
+def test_filtered_replay_leaves_the_rest_for_a_later_replay(dlq: Dlq) -> None:
+    only_http = dlq.json("replay", "--group", dlq.group, "--exception", "HTTPStatusError",
+                         "--yes")
+    assert only_http["replayed_by_target"] == {dlq.orders: 1}
+    assert dlq.written(dlq.orders) == [dlq.originals[dlq.orders][1]]
+
+    rest = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert rest["replayed_by_target"] == {dlq.orders: 2, dlq.refunds: 1}
+    assert rest["already_replayed"] == 1
+    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
+    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.json("replay", "--group", dlq.group, "--yes")["replayed"] == 0
+
+
+def test_replay_asks_first_and_no_means_nothing_written(dlq: Dlq) -> None:
+    declined = dlq.run("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
+                       stdin="n\n")
+    assert declined.exit_code == 1, declined.output
+    assert f"Replay 1 records from {dlq.topic} to {dlq.refunds} (1)?" in declined.stderr
+    assert "not replayed" in declined.stdout
+    assert dlq.written(dlq.refunds) == []
+
+    accepted = dlq.run("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
+                       stdin="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "replayed 1 records" in accepted.stdout
+    assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds]
+
+
+def test_replay_to_another_topic_and_again_deliberately(
+    dlq: Dlq, unique_name: Callable[[str], str]
+) -> None:
+    staging = unique_name("staging")
+
+    async def create() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=dlq.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(staging, 1, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    to_staging = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
+                          "--to-topic", staging, "--yes")
+    assert to_staging["replayed_by_target"] == {staging: 1}
+    assert dlq.written(staging) == dlq.originals[dlq.refunds]
+    # Replayed to staging only: the original topic still gets it, once.
+    home = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds, "--yes")
+    assert home["replayed_by_target"] == {dlq.refunds: 1}
+    again = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
+                     "--include-replayed", "--yes")
+    assert again["replayed_by_target"] == {dlq.refunds: 1}
+    assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds] * 2
+
+
+def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "dlq", "stats", "--group", dlq.group, "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "WAITLINE_BOOTSTRAP_SERVERS": dlq.bootstrap},
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["total"] == 5
+
+
+def kafka_config(dlq: Dlq) -> KafkaConfig:
+    return KafkaConfig(dlq.bootstrap, "test", "PLAINTEXT", None, None, None, None, None, None)
+
+
+async def plan_and_replay(dlq: Dlq) -> ReplayOutcome:
+    async with KafkaSession(kafka_config(dlq)) as session:
+        plan = await session.plan_replay(dlq.topic, ReplayRequest(), 5, QuietObserver())
+        return await execute_replay(session, dlq.topic, plan, QuietObserver())
+
+
+def test_records_replayed_while_the_operator_confirms_are_not_replayed_again(dlq: Dlq) -> None:
+    """A plan made, then another replay, then the plan carried out: it replays nothing."""
+
+    async def race() -> tuple[ReplayOutcome, ReplayOutcome]:
+        async with KafkaSession(kafka_config(dlq)) as session:
+            plan = await session.plan_replay(dlq.topic, ReplayRequest(), 5, QuietObserver())
+            other = await plan_and_replay(dlq)  # while "the operator is asked"
+            return other, await execute_replay(session, dlq.topic, plan, QuietObserver())
+
+    other, late = asyncio.run(race())
+    assert other.replayed.total() == 4
+    assert late.replayed.total() == 0
+    assert late.plan.replayed_meanwhile == 4
+    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
+    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+
+
+class ReplayElsewhereWhenWriting:
+    """An observer that, as a replay starts re-reading the DLQ to write, runs a whole other
+    replay of the same DLQ (in another thread and event loop) before letting it go on."""
+
+    def __init__(self, dlq: Dlq) -> None:
+        self._dlq = dlq
+        self.other: ReplayOutcome | None = None
+
+    def scanning(self, topic: str, total_offsets: int) -> None:
+        if topic == self._dlq.topic and self.other is None:
+            worker = threading.Thread(target=self._replay_elsewhere)
+            worker.start()
+            worker.join()
+
+    def advanced(self, offsets: int) -> None:
+        pass
+
+    def _replay_elsewhere(self) -> None:
+        self.other = asyncio.run(plan_and_replay(self._dlq))
+
+
+def test_a_replay_started_meanwhile_fences_the_running_one(dlq: Dlq) -> None:
+    """Two replays of one DLQ at once: the later one fences the earlier, which then writes
+    nothing, so each original is still replayed exactly once."""
+    elsewhere = ReplayElsewhereWhenWriting(dlq)
+
+    async def fenced() -> None:
+        async with KafkaSession(kafka_config(dlq)) as session:
+            plan = await session.plan_replay(dlq.topic, ReplayRequest(), 5, QuietObserver())
+            await execute_replay(session, dlq.topic, plan, elsewhere)
+
+    with pytest.raises(ProduceError, match=r"another `waitline dlq replay` .* took over"):
+        asyncio.run(fenced())
+    # aiokafka leaves the fenced producer's failed futures unretrieved; collect them here, where
+    # their finalizers may log, rather than at a random later point (CPython 3.11's parser
+    # raises SystemError when such a finalizer runs during `ast.parse`).
+    gc.collect()
+    assert elsewhere.other is not None
+    assert elsewhere.other.replayed.total() == 4
+    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
+    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+
+
+def test_unreachable_kafka_is_one_line_and_exit_1(dlq: Dlq) -> None:
+    result = CliRunner().invoke(app, ["stats", "--group", dlq.group,
+                                      "--bootstrap-servers", "127.0.0.1:9"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:9")
+    assert "Traceback" not in result.output
