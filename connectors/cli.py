@@ -23,11 +23,11 @@ from connectors.registry import (
     describe_dsn,
     first_line,
     format_age,
-    key_preview,
 )
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import RegistryError, WaitlineError
+from dispatcher.previews import preview_bytes
 from dispatcher.wire import encode_original_key, format_expiration
 
 app = typer.Typer(help="Inspect the wait registry in PostgreSQL.", no_args_is_help=True)
@@ -127,7 +127,7 @@ def list_waits(
             row.wait_id,
             row.wait_topic,
             f"{row.original_topic}/{row.original_partition}/{row.original_offset}",
-            key_preview(row.original_key),
+            preview_bytes(row.original_key, 24),
             format_age(row.age_s),
             _relative(row.expires_in_s),
             row.status,

@@ -259,13 +259,3 @@ def format_age(seconds: float) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
-def key_preview(key: bytes | None, width: int = 24) -> str:
-    """A key for a table cell: its text when printable UTF-8, else hex; cut to `width`."""
-    if key is None:
-        return "(null)"
-    try:
-        text = key.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    shown = text if text is not None and text.isprintable() else "0x" + key.hex()
-    return shown if len(shown) <= width else shown[: width - 1] + "…"

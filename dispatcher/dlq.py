@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from dispatcher.errors import ConfigError, WireFormatError
+from dispatcher.previews import preview_bytes
 from dispatcher.wire import DlqEntry, Headers, OutgoingRecord, encode_original_key, parse_dlq_record
 
 LEDGER_SUFFIX = ".replayed"
@@ -482,40 +483,6 @@ def format_time_ms(epoch_ms: int) -> str:
     """Epoch milliseconds as ISO-8601 UTC with `Z`, millisecond precision."""
     at = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def preview_bytes(data: bytes | None, width: int = 40) -> str:
-    """Bytes for a table cell: `(null)`, `(empty)`, printable UTF-8 text on one line, else `0x`
-    and hex; cut to `width` characters with `…`."""
-    if data is None:
-        return "(null)"
-    if not data:
-        return "(empty)"
-    head = data[: width * 4]  # enough bytes for `width` characters of any UTF-8 text
-    text = _printable_text(head, cut=len(head) < len(data))
-    if text is not None:
-        shown, complete = text, len(head) == len(data)
-    else:
-        shown, complete = "0x" + data[:width].hex(), len(data) <= width
-    if complete and len(shown) <= width:
-        return shown
-    return shown[: width - 1] + "…"
-
-
-_ONE_LINE = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
-
-
-def _printable_text(head: bytes, *, cut: bool) -> str | None:
-    """`head` as one line of text, or None when it is not printable UTF-8; when `head` was
-    cut from longer data, a character cut in two at its end is dropped."""
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if not (cut and exc.reason == "unexpected end of data"):
-            return None
-        text = head[: exc.start].decode("utf-8", errors="replace")
-    text = text.translate(_ONE_LINE)
-    return text if text.isprintable() else None
 
 
 def bytes_json(data: bytes | None) -> dict[str, str] | None:

@@ -51,13 +51,13 @@ from dispatcher.dlq import (
     ReplayRequest,
     bytes_json,
     format_time_ms,
-    preview_bytes,
     resolve_dlq_topic,
 )
 from dispatcher.dlq_io import KafkaSession, ReplayOutcome, execute_replay
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
+from dispatcher.previews import preview_bytes
 from dispatcher.settings import KafkaConfig
 
 app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,

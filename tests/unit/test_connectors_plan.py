@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.registry import format_age, key_preview
+from connectors.registry import format_age
 from connectors.rows import (
     REJECT_COLUMNS,
     STAGE_COLUMNS,
@@ -356,9 +356,3 @@ def test_ages_are_compact_and_never_negative() -> None:
     ]  # fmt: skip
 
 
-def test_key_preview_shows_text_or_hex_cut_to_width() -> None:
-    assert key_preview(None) == "(null)"
-    assert key_preview(b"order-1") == "order-1"
-    assert key_preview(b"\xff\x01") == "0xff01"
-    assert key_preview(b"tab\there") == "0x" + b"tab\there".hex()
-    assert key_preview(b"x" * 30, width=10) == "xxxxxxxxx…"

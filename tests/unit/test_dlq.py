@@ -29,10 +29,10 @@ from dispatcher.dlq import (
     ledger_topic_for,
     original_record,
     parse_ledger_record,
-    preview_bytes,
     resolve_dlq_topic,
 )
 from dispatcher.errors import ConfigError, WireFormatError
+from dispatcher.previews import preview_bytes
 from dispatcher.wire import Failure, SourceRecord
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,144 @@
+"""`waitline reconcile`: run the Spark reconciliation job (spark_jobs/reconcile.py).
+
+PySpark is imported only when the command runs, so the pod installs and runs without it. The
+same command is the spark-submit entry point (spark_jobs/app.py): launched by spark-submit, it
+uses the session spark-submit configured and ignores `--master`.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import Annotated, NoReturn
+
+import typer
+
+from dispatcher.errors import ConfigError, WaitlineError
+
+CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
+FAILURE_EXIT_CODE = 1
+
+app = typer.Typer(
+    help="Mirror the wait topic into PostgreSQL and send expired waits to the DLQ (Spark).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def reconcile(
+    *,
+    group: Annotated[
+        str,
+        typer.Option(
+            help="The dispatcher's consumer group id; names the default topics and checkpoint."
+        ),
+    ],
+    wait_topic: Annotated[
+        str | None, typer.Option(help="Wait topic to mirror.", show_default="<group>.wait")
+    ] = None,
+    dlq_topic: Annotated[
+        str | None, typer.Option(help="DLQ topic of expired waits.", show_default="<group>.dlq")
+    ] = None,
+    once: Annotated[
+        bool,
+        typer.Option(help="Mirror what the wait topic holds now, expire, and exit (availableNow)."),
+    ] = False,
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Checkpoint folder or URI; keep it to resume where the job stopped.",
+            show_default="$WAITLINE_STATE_DIR/checkpoints/reconcile-<group>",
+        ),
+    ] = None,
+    trigger: Annotated[
+        str, typer.Option(help="Interval between cycles (mirror, then expire), e.g. 5s or 1m.")
+    ] = "5s",
+    bootstrap_servers: Annotated[
+        str | None,
+        typer.Option(
+            help="Kafka bootstrap servers.",
+            show_default="$WAITLINE_BOOTSTRAP_SERVERS, else the local stack",
+        ),
+    ] = None,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="PostgreSQL DSN of the registry.",
+            show_default="$WAITLINE_PG_DSN, else the local stack",
+        ),
+    ] = None,
+    master: Annotated[
+        str, typer.Option(help="Spark master when not launched by spark-submit.")
+    ] = "local[*]",
+    max_offsets_per_trigger: Annotated[
+        int,
+        typer.Option(
+            help="Most wait records per micro-batch (bounds driver memory while catching up).",
+            min=1,
+        ),
+    ] = 100_000,
+    expiry_batch_size: Annotated[
+        int, typer.Option(help="Expired rows claimed and sent per DLQ write.", min=1)
+    ] = 5_000,
+    kafka_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Kafka client property for the source and the DLQ sink, repeatable: "
+            "kafka.security.protocol=SASL_SSL"
+        ),
+    ] = None,
+) -> None:
+    """Mirror the wait topic into PostgreSQL and send expired waits to the DLQ."""
+    # PySpark loads here, not at import: `waitline` must run where it is not installed.
+    from spark_jobs.reconcile import ReconcileConfig, ReconcileJob  # noqa: PLC0415
+    from spark_jobs.session import (  # noqa: PLC0415
+        SparkSettings,
+        attach_session,
+        build_session,
+        launched_by_spark_submit,
+    )
+
+    try:
+        config = ReconcileConfig.build(
+            group=group, wait_topic=wait_topic, dlq_topic=dlq_topic,
+            bootstrap_servers=bootstrap_servers, dsn=dsn, checkpoint_dir=checkpoint,
+            trigger=trigger, once=once, max_offsets_per_trigger=max_offsets_per_trigger,
+            expiry_batch_size=expiry_batch_size, kafka_options=kafka_option or (),
+        )  # fmt: skip
+        spark = (attach_session() if launched_by_spark_submit()
+                 else build_session(SparkSettings(master=master)))  # fmt: skip
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+
+    job = ReconcileJob(spark, config)
+    _stop_on_signals(job.stop)
+    try:
+        job.run()
+    except WaitlineError as exc:
+        _fail(f"reconcile failed: {exc}", FAILURE_EXIT_CODE)
+    finally:
+        spark.stop()
+
+
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT stop the job cleanly; a second signal ends it at once."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handler)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Run the command outside the `waitline` root (spark_jobs/app.py)."""
+    app(prog_name="waitline-reconcile")

@@ -1,0 +1,117 @@
+"""The SparkSession of the reconciliation job, with Spark's Kafka connector from a local folder.
+
+Locally the job runs in `local[*]` and takes the Kafka connector's jars from
+`$WAITLINE_CACHE_DIR/spark-jars` (default `<repo>/.cache/spark-jars`), which `make setup` fills
+from Maven Central (compose/local/spark/pom.xml): nothing is downloaded at run time. Under
+spark-submit the cluster's own configuration (`--master`, `--jars`/`--packages`) wins and
+`attach_session` only quiets the logs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from dispatcher.errors import ConfigError
+
+CACHE_ENV = "WAITLINE_CACHE_DIR"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KAFKA_CONNECTOR_JAR_PREFIX = "spark-sql-kafka-0-10_"
+APP_NAME = "waitline-reconcile"
+GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
+
+
+def default_jars_dir() -> Path:
+    """`$WAITLINE_CACHE_DIR/spark-jars`, the folder `make setup` fills."""
+    return Path(os.environ.get(CACHE_ENV, REPO_ROOT / ".cache")).resolve() / "spark-jars"
+
+
+class SparkJarsMissingError(ConfigError):
+    """The Kafka connector's jars are not in the local jars folder."""
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How to start a local (or explicitly mastered) SparkSession for the job.
+
+    The defaults suit a small box (2 cores, a few GiB to spare): few shuffle partitions, since
+    a micro-batch is small and each partition is a task; no UI; WARN logs.
+    """
+
+    master: str = "local[*]"
+    jars_dir: Path = field(default_factory=default_jars_dir)
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+    ui_enabled: bool = False
+    log_level: str = "WARN"
+    extra_conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def connector_jars(jars_dir: Path) -> list[Path]:
+    """The jars to put on `spark.jars`; SparkJarsMissingError naming `make setup` if absent."""
+    jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+    if not any(jar.name.startswith(KAFKA_CONNECTOR_JAR_PREFIX) for jar in jars):
+        raise SparkJarsMissingError(
+            f"Spark's Kafka connector ({KAFKA_CONNECTOR_JAR_PREFIX}*.jar) is not in {jars_dir}: "
+            "run `make setup` (it copies the connector and its dependencies from Maven Central "
+            f"with compose/local/spark/pom.xml), or point {CACHE_ENV} at the cache that holds "
+            "spark-jars/"
+        )
+    return jars
+
+
+def session_conf(settings: SparkSettings) -> dict[str, str]:
+    """The Spark configuration `build_session` applies: pure, so it can be checked without a JVM."""
+    jars = connector_jars(settings.jars_dir)
+    conf = {
+        "spark.master": settings.master,
+        "spark.app.name": APP_NAME,
+        "spark.jars": ",".join(str(jar) for jar in jars),
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.default.parallelism": str(settings.shuffle_partitions),
+        "spark.ui.enabled": str(settings.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": settings.log_level,
+        # Timestamps (Kafka record times, expiry times) are read and logged in UTC.
+        "spark.sql.session.timeZone": "UTC",
+        # Streaming queries disable adaptive execution anyway (with a warning per query), and
+        # the job's batch work (DLQ writes) is too small to gain from it.
+        "spark.sql.adaptive.enabled": "false",
+        # The job's own checkpoint is its state; Spark's temp checkpoints are never needed.
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    }
+    conf.update(settings.extra_conf)
+    return conf
+
+
+def build_session(settings: SparkSettings | None = None) -> SparkSession:
+    """Start (or reuse) the process's SparkSession with the Kafka connector on its classpath.
+
+    Driver memory and jars only take effect when this call starts the JVM; a session that
+    already runs in the process is reused as it is, with the runtime settings re-applied.
+    """
+    conf = session_conf(settings or SparkSettings())
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(conf["spark.log.level"])
+    return spark
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit started this Python driver (its JVM is already up)."""
+    # spark-submit starts the JVM first and hands the driver its gateway port.
+    return GATEWAY_PORT_ENV in os.environ
+
+
+def attach_session(log_level: str = "WARN") -> SparkSession:
+    """The session spark-submit configured (master, jars, memory come from the cluster)."""
+    spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark

@@ -1,0 +1,393 @@
+"""The Spark reconciliation job against a real Kafka, a real PostgreSQL and Spark in local mode.
+
+One SparkSession serves the module (each start costs ~10-20 s here). Each test has its own
+group, wait topic, DLQ topic and checkpoint, so tests share the broker and the database safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from dispatcher.errors import ConfigError
+from dispatcher.wire import (
+    OutgoingRecord,
+    SourceRecord,
+    parse_dlq_record,
+    wait_id_for,
+    wait_record,
+    wait_tombstone,
+)
+from loadtest.stack import PostgresService, free_port
+from spark_jobs.reconcile import CycleReport, ReconcileConfig, ReconcileJob, parse_kafka_options
+from spark_jobs.session import SparkSettings, build_session
+
+pytestmark = pytest.mark.spark
+
+INPUT_TOPIC = "orders"
+# Millisecond precision, as WAIT_EXPIRATION_TIME carries it, so it compares equal after a trip.
+LATER = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = build_session(SparkSettings(master="local[2]", shuffle_partitions=2))
+    yield session
+    session.stop()
+
+
+class WaitTopic:
+    """A fresh group with its wait and DLQ topics, and helpers to write and inspect them."""
+
+    def __init__(self, group: str, bootstrap: str, dsn: str, checkpoint: Path) -> None:
+        self.group = group
+        self.wait_topic = f"{group}.wait"
+        self.dlq_topic = f"{group}.dlq"
+        self.bootstrap = bootstrap
+        self.dsn = dsn
+        self.checkpoint = checkpoint
+        asyncio.run(self._create_topics())
+
+    async def _create_topics(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(self.wait_topic, 3, 1, topic_configs={"cleanup.policy": "compact"}),
+                    NewTopic(self.dlq_topic, 1, 1),
+                ]
+            )
+        finally:
+            await admin.close()
+
+    def config(self, **overrides: object) -> ReconcileConfig:
+        options: dict[str, object] = {
+            "group": self.group, "bootstrap_servers": self.bootstrap, "dsn": self.dsn,
+            "checkpoint_dir": str(self.checkpoint), "once": True,
+        }  # fmt: skip
+        options.update(overrides)
+        return ReconcileConfig.build(**options)  # type: ignore[arg-type]
+
+    def source(self, offset: int, **fields: object) -> SourceRecord:
+        values: dict[str, object] = {
+            "topic": INPUT_TOPIC, "partition": offset % 2, "offset": offset,
+            "key": f"order-{offset}".encode(), "value": f'{{"amount": {offset}}}'.encode(),
+            "headers": (("trace", b"t-%d" % offset),), "timestamp_ms": 1_700_000_000_000 + offset,
+        }  # fmt: skip
+        values.update(fields)
+        return SourceRecord(**values)  # type: ignore[arg-type]
+
+    def wait_id(self, source: SourceRecord) -> str:
+        return str(wait_id_for(self.group, source.topic, source.partition, source.offset))
+
+    def prepare(self, source: SourceRecord, expires_at: datetime = LATER) -> OutgoingRecord:
+        return wait_record(source, self.group, expires_at)
+
+    def close(self, source: SourceRecord, expires_at: datetime = LATER) -> OutgoingRecord:
+        return wait_tombstone(source, self.group, expires_at)
+
+    def produce(self, records: Sequence[OutgoingRecord]) -> None:
+        asyncio.run(produce(self.bootstrap, self.wait_topic, records))
+
+    def open_wait_ids(self) -> set[str]:
+        with psycopg.connect(self.dsn) as conn:
+            rows = conn.execute(
+                "SELECT wait_id::text FROM wait WHERE wait_topic = %s", (self.wait_topic,)
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def dlq_records(self) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+        return asyncio.run(read_all(self.bootstrap, self.dlq_topic))
+
+
+async def produce(bootstrap: str, topic: str, records: Sequence[OutgoingRecord]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        acks = [
+            await producer.send(topic, key=r.key, value=r.value, headers=list(r.headers))
+            for r in records
+        ]
+        await asyncio.gather(*acks)
+    finally:
+        await producer.stop()
+
+
+async def read_all(
+    bootstrap: str, topic: str
+) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.assignment()
+        while not partitions:
+            await asyncio.sleep(0.1)
+            partitions = consumer.assignment()
+        end = await consumer.end_offsets(list(partitions))
+        records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+        while [tp for tp in partitions if await consumer.position(tp) < end[tp]]:
+            batch = await consumer.getmany(timeout_ms=1000)
+            records.extend((r.key, r.value, list(r.headers)) for rs in batch.values() for r in rs)
+        return records
+    finally:
+        await consumer.stop()
+
+
+def run_cycle(spark: SparkSession, config: ReconcileConfig) -> CycleReport:
+    with ReconcileJob(spark, config) as job:
+        return job.run_cycle()
+
+
+@pytest.fixture
+def waits(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> WaitTopic:
+    return WaitTopic(unique_name("reconcile"), kafka_bootstrap, pg_dsn, tmp_path / "checkpoint")
+
+
+def test_config_defaults_topics_from_the_group_and_rejects_bad_values(tmp_path: Path) -> None:
+    config = ReconcileConfig.build(group="payments", bootstrap_servers="k:9092", dsn="dbname=x",
+                                   checkpoint_dir=str(tmp_path))  # fmt: skip
+    assert (config.wait_topic, config.dlq_topic) == ("payments.wait", "payments.dlq")
+    assert config.trigger_interval_s == 5.0
+    with pytest.raises(ConfigError, match="--trigger"):
+        ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d", trigger="0s")
+    with pytest.raises(ConfigError, match="must differ"):
+        ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d", dlq_topic="g.wait")
+    with pytest.raises(ConfigError, match="valid Kafka topic name"):
+        ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d", wait_topic="a b")
+
+
+def test_kafka_options_pass_through_only_prefixed_client_properties() -> None:
+    options = ["kafka.security.protocol=SASL_SSL", "kafka.sasl.jaas.config=a=b"]
+    assert parse_kafka_options(options) == {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.jaas.config": "a=b",
+    }
+    with pytest.raises(ConfigError, match=r"prefixed with 'kafka\.'"):
+        parse_kafka_options(["security.protocol=SSL"])
+    with pytest.raises(ConfigError, match="--bootstrap-servers"):
+        parse_kafka_options(["kafka.bootstrap.servers=x:1"])
+    with pytest.raises(ConfigError, match=r"kafka\.<property>=<value>"):
+        parse_kafka_options(["kafka.acks"])
+
+
+def test_prepares_and_tombstones_in_same_or_different_batches_converge(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    sources = [waits.source(offset) for offset in range(40)]
+    # Batch 1 holds the prepares of all 40 and the tombstones of the first 10.
+    waits.produce([waits.prepare(s) for s in sources] + [waits.close(s) for s in sources[:10]])
+    first = run_cycle(spark, waits.config())
+    assert first.events_in == 50
+    assert waits.open_wait_ids() == {waits.wait_id(s) for s in sources[10:]}
+
+    # The tombstones of the next 10 arrive in a later cycle than their prepares.
+    waits.produce([waits.close(s) for s in sources[10:20]])
+    second = run_cycle(spark, waits.config())
+    assert (second.events_in, second.deleted) == (10, 10)
+    assert waits.open_wait_ids() == {waits.wait_id(s) for s in sources[20:]}
+
+    # Re-mirroring the whole topic from scratch in 5-record batches (prepares and tombstones
+    # split across batches at every boundary) converges to the same table.
+    replay_config = waits.config(
+        checkpoint_dir=str(waits.checkpoint) + "-replay", max_offsets_per_trigger=5
+    )
+    replay = run_cycle(spark, replay_config)
+    assert replay.batches >= 60 // 5
+    assert replay.events_in == 60
+    assert waits.open_wait_ids() == {waits.wait_id(s) for s in sources[20:]}
+
+
+def test_expired_waits_become_dlq_records_that_rebuild_the_original_once(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    odd = [
+        waits.source(0, key=None),
+        waits.source(1, key=b"\xff\xfe binary key", value=b""),
+        waits.source(2, headers=(("bin", b"\x00\xff"), ("none", None), ("d", b"1"), ("d", b"2"))),
+        waits.source(3, key=b"base64:looks-encoded", headers=()),
+        waits.source(4, value=bytes(range(256)) * 40),
+    ]
+    open_not_due = waits.source(5)
+    closed_in_time = waits.source(6)
+    waits.produce(
+        [
+            *(waits.prepare(s, past) for s in odd),
+            waits.prepare(open_not_due, LATER),
+            waits.prepare(closed_in_time, past),
+            waits.close(closed_in_time, past),
+        ]
+    )
+
+    first = run_cycle(spark, waits.config())
+
+    assert first.expired_sent == len(odd)
+    dlq = [parse_dlq_record(key, value, headers) for key, value, headers in waits.dlq_records()]
+    assert sorted((d.source for d in dlq), key=lambda s: s.offset) == odd
+    assert {d.failure.exception for d in dlq} == {"ExpiredRecordException"}
+    assert {d.group for d in dlq} == {waits.group}
+    assert {str(d.wait_id) for d in dlq} == {waits.wait_id(s) for s in odd}
+
+    second = run_cycle(spark, waits.config())
+    assert second.expired_sent == 0
+    assert len(waits.dlq_records()) == len(odd)
+    assert waits.open_wait_ids() == {waits.wait_id(s) for s in [*odd, open_not_due]}
+
+
+def test_re_prepared_record_leaves_no_stale_row(spark: SparkSession, waits: WaitTopic) -> None:
+    source = waits.source(7)
+    first_expiry = datetime.now(UTC) + timedelta(minutes=1)
+    waits.produce([waits.prepare(source, first_expiry)])
+    run_cycle(spark, waits.config())
+
+    # The dispatcher crashed and redelivered the record: same wait id, new deadline.
+    waits.produce([waits.prepare(source, LATER)])
+    run_cycle(spark, waits.config())
+    with psycopg.connect(waits.dsn) as conn:
+        rows = conn.execute(
+            "SELECT wait_id::text, wait_expiration_time FROM wait WHERE wait_topic = %s",
+            (waits.wait_topic,),
+        ).fetchall()
+    assert rows == [(waits.wait_id(source), LATER)]
+
+    waits.produce([waits.close(source, LATER)])
+    run_cycle(spark, waits.config())
+    assert waits.open_wait_ids() == set()
+
+
+def test_restart_from_checkpoint_resumes_without_loss_or_duplicates(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    before = [waits.source(offset) for offset in range(0, 30)]
+    after = [waits.source(offset) for offset in range(30, 50)]
+    waits.produce([waits.prepare(s) for s in before] + [waits.close(s) for s in before[::2]])
+    assert run_cycle(spark, waits.config()).events_in == 45
+
+    waits.produce([waits.prepare(s) for s in after] + [waits.close(s) for s in before[1::2]])
+    resumed = run_cycle(spark, waits.config())
+
+    assert resumed.events_in == 35  # only what arrived since the checkpoint
+    assert waits.open_wait_ids() == {waits.wait_id(s) for s in after}
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresService]:
+    """A PostgreSQL of this test's own, which it may stop and start."""
+    # Not under pytest's temp root: pytest resets that to mode 0700 whenever another pytest
+    # run starts, and the server (user `postgres`) would then lose access to its data folder.
+    home = Path(tempfile.mkdtemp(prefix="waitline-pg-outage-"))
+    home.chmod(0o755)
+    service = PostgresService(home, free_port())
+    try:
+        service.start()
+        service.wait_healthy()
+        service.ensure_database()
+        yield service
+    finally:
+        service.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+class TrafficGenerator(threading.Thread):
+    """Prepares waits at a steady rate and closes all but every fifth one, until stopped."""
+
+    def __init__(self, waits: WaitTopic, rate_per_s: float) -> None:
+        super().__init__(daemon=True)
+        self.waits = waits
+        self.rate_per_s = rate_per_s
+        self.stopped = threading.Event()
+        self.left_open: set[str] = set()
+        self.prepared = 0
+
+    def run(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.waits.bootstrap, acks="all")
+        await producer.start()
+        try:
+            offset = 0
+            while not self.stopped.is_set():
+                batch = [self.waits.source(offset + i) for i in range(10)]
+                offset += len(batch)
+                records = [self.waits.prepare(s) for s in batch]
+                records += [self.waits.close(s) for s in batch if s.offset % 5]
+                for r in records:
+                    await producer.send_and_wait(
+                        self.waits.wait_topic, key=r.key, value=r.value, headers=list(r.headers)
+                    )
+                self.left_open |= {self.waits.wait_id(s) for s in batch if not s.offset % 5}
+                self.prepared += len(batch)
+                await asyncio.sleep(len(batch) / self.rate_per_s)
+        finally:
+            await producer.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(300)
+def test_postgres_outage_stalls_the_mirror_which_then_converges(
+    spark: SparkSession, kafka_bootstrap: str, unique_name: Callable[[str], str],
+    tmp_path: Path, own_postgres: PostgresService,
+) -> None:  # fmt: skip
+    waits = WaitTopic(unique_name("outage"), kafka_bootstrap, own_postgres.dsn,
+                      tmp_path / "checkpoint")  # fmt: skip
+    job = ReconcileJob(spark, waits.config(once=False, trigger="1s"))
+    job_errors: list[BaseException] = []
+
+    def run_job() -> None:
+        try:
+            job.run()
+        except BaseException as exc:
+            job_errors.append(exc)
+
+    runner = threading.Thread(target=run_job, daemon=True)
+    traffic = TrafficGenerator(waits, rate_per_s=100)
+    runner.start()
+    traffic.start()
+    try:
+        wait_until(lambda: traffic.prepared >= 200 and bool(waits.open_wait_ids()), 90,
+                   "the mirror to apply the first waits")  # fmt: skip
+        own_postgres.stop()
+        during_outage = traffic.prepared
+        wait_until(lambda: traffic.prepared >= during_outage + 600, 60,
+                   "traffic during the outage")  # fmt: skip
+        assert runner.is_alive(), job_errors
+        assert job.registry_failures > 0, "the job never noticed the outage"
+        own_postgres.start()
+        own_postgres.wait_healthy()
+        wait_until(lambda: traffic.prepared >= during_outage + 500, 60, "traffic after it")
+    finally:
+        traffic.stopped.set()
+        traffic.join(30)
+    try:
+        wait_until(lambda: waits.open_wait_ids() == traffic.left_open, 90,
+                   "the table to converge to the waits left open")  # fmt: skip
+    finally:
+        job.stop()
+        runner.join(60)
+    assert not job_errors
+    assert not runner.is_alive()
