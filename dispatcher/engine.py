@@ -45,9 +45,8 @@ from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
     SourceRecord,
-    wait_id_for,
+    tombstone_of,
     wait_record,
-    wait_tombstone,
 )
 
 log = logging.getLogger(__name__)
@@ -194,9 +193,9 @@ class AtLeastOnceEngine:
                 self._mark_prepared(key, source.offset, pending)
                 return
             expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
+            prepare = wait_record(source, self._topics.group, expires_at)
             try:
-                await self._writer.write(self._topics.wait_topic,
-                                         wait_record(source, self._topics.group, expires_at))
+                await self._writer.write(self._topics.wait_topic, prepare)
             except ProduceError as exc:
                 # Not retriable (e.g. too large for the wait topic): the DLQ record protects it.
                 self._metrics.produce_errors.labels("wait").inc()
@@ -204,13 +203,11 @@ class AtLeastOnceEngine:
                 self._mark_prepared(key, source.offset, pending)
                 return
             self._mark_prepared(key, source.offset, pending)
-            wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
-                                      source.offset))
+            wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
             outcome = await self._call(source.value, wait_id)
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
-            await self._writer.write(self._topics.wait_topic,
-                                     wait_tombstone(source, self._topics.group, expires_at))
+            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
             self._metrics.record_duration.observe(time.monotonic() - fetched_at)
         except ProduceError:
             self._metrics.produce_errors.labels("outcome").inc()

@@ -493,3 +493,11 @@ def test_dlq_record_whose_key_disagrees_with_original_key_is_rejected() -> None:
     record = wire.dlq_record(make_source(), "g", Failure("E", "m"))
     with pytest.raises(WireFormatError, match="key differs from its ORIGINAL_KEY"):
         wire.parse_dlq_record(b"other", record.value, record.headers)
+
+
+@given(sources(values=st.binary(max_size=60)))
+def test_tombstone_of_a_prepare_equals_the_tombstone_built_from_the_source(
+    source: SourceRecord,
+) -> None:
+    prepare = wire.wait_record(source, "payments", EXPIRES_AT)
+    assert wire.tombstone_of(prepare) == wire.wait_tombstone(source, "payments", EXPIRES_AT)
