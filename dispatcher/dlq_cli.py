@@ -24,8 +24,6 @@ from typing import Annotated, Any, TypeVar
 import click
 import typer
 from aiokafka.errors import ProducerFenced
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -55,10 +53,9 @@ from dispatcher.dlq import (
 )
 from dispatcher.dlq_io import KafkaSession, ReplayOutcome, execute_replay
 from dispatcher.durations import parse_duration_s
-from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
 from dispatcher.previews import preview_bytes
-from dispatcher.settings import KafkaConfig
+from dispatcher.settings import KafkaClientSettings
 
 app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,
                   add_completion=False)
@@ -95,34 +92,6 @@ SinceOption = Annotated[
                                  "e.g. 2h."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-class _KafkaEnvironment(BaseSettings):
-    """Kafka client settings from the pod's WAITLINE_* variables (other variables ignored)."""
-
-    model_config = SettingsConfigDict(env_prefix="WAITLINE_", extra="ignore")
-
-    client_id: str = "waitline-dlq"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-
-    def kafka(self, bootstrap_servers: str | None) -> KafkaConfig:
-        return KafkaConfig(
-            bootstrap_servers=resolve_bootstrap_servers(bootstrap_servers),
-            client_id=self.client_id,
-            security_protocol=self.security_protocol.upper(),
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_plain_username=self.sasl_username,
-            sasl_plain_password=self.sasl_password,
-            ssl_cafile=self.ssl_cafile,
-            ssl_certfile=self.ssl_certfile,
-            ssl_keyfile=self.ssl_keyfile,
-        )
 
 
 def _console() -> Console:
@@ -179,7 +148,9 @@ def _run(command: Callable[[KafkaSession], Awaitable[T]], bootstrap_servers: str
     logging.getLogger("asyncio").addFilter(_FENCED_LEFTOVERS)  # adding it twice adds it once
 
     async def in_session() -> T:
-        async with KafkaSession(_KafkaEnvironment().kafka(bootstrap_servers)) as session:
+        settings = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
+                                       client_id="waitline-dlq")
+        async with KafkaSession(settings.kafka()) as session:
             return await command(session)
 
     try:

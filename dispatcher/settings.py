@@ -107,7 +107,45 @@ def _duration(value: Any) -> float:
         raise ValueError(str(exc)) from exc
 
 
-class DispatchSettings(BaseSettings):
+class KafkaClientSettings(BaseSettings):
+    """How every command reaches Kafka: `WAITLINE_BOOTSTRAP_SERVERS`, `WAITLINE_SECURITY_*`,
+    `WAITLINE_SASL_*`, `WAITLINE_SSL_*` (other `WAITLINE_*` variables are not read here)."""
+
+    model_config = SettingsConfigDict(env_prefix="WAITLINE_", extra="ignore", frozen=True)
+
+    bootstrap_servers: str | None = None
+    client_id: str = "waitline"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @field_validator("security_protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        allowed = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+        if value.upper() not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return value.upper()
+
+    def kafka(self) -> KafkaConfig:
+        return KafkaConfig(
+            bootstrap_servers=resolve_bootstrap_servers(self.bootstrap_servers),
+            client_id=self.client_id,
+            security_protocol=self.security_protocol,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_plain_username=self.sasl_username,
+            sasl_plain_password=self.sasl_password,
+            ssl_cafile=self.ssl_cafile,
+            ssl_certfile=self.ssl_certfile,
+            ssl_keyfile=self.ssl_keyfile,
+        )
+
+
+class DispatchSettings(KafkaClientSettings):
     """Flat settings, one field per flag; `WAITLINE_<FIELD>` in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="WAITLINE_", extra="forbid", frozen=True)
@@ -126,15 +164,6 @@ class DispatchSettings(BaseSettings):
     result_topic: str | None = None
     create_topics: bool | None = None
     delete_retention: float = float(DEFAULT_DELETE_RETENTION_S)
-    bootstrap_servers: str | None = None
-    client_id: str = "waitline"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_format: LogFormat = LogFormat.CONSOLE
@@ -148,14 +177,6 @@ class DispatchSettings(BaseSettings):
         if seconds <= 0:
             raise ValueError("must be a positive duration")
         return seconds
-
-    @field_validator("security_protocol")
-    @classmethod
-    def _known_protocol(cls, value: str) -> str:
-        allowed = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-        if value.upper() not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return value.upper()
 
     @model_validator(mode="after")
     def _expiration_outlives_deadline(self) -> DispatchSettings:
@@ -171,19 +192,6 @@ class DispatchSettings(BaseSettings):
 
     def input_topics(self) -> tuple[str, ...]:
         return tuple(t.strip() for t in self.input_topic.split(",") if t.strip())
-
-    def kafka(self) -> KafkaConfig:
-        return KafkaConfig(
-            bootstrap_servers=resolve_bootstrap_servers(self.bootstrap_servers),
-            client_id=self.client_id,
-            security_protocol=self.security_protocol,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_plain_username=self.sasl_username,
-            sasl_plain_password=self.sasl_password,
-            ssl_cafile=self.ssl_cafile,
-            ssl_certfile=self.ssl_certfile,
-            ssl_keyfile=self.ssl_keyfile,
-        )
 
     def topics(self, *, local_stack: bool) -> TopicConfig:
         """Topic names default from the group; creation defaults on against the local stack."""
