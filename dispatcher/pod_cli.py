@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Annotated, Any
 
 import typer
 
-from dispatcher.errors import WaitlineError
+from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.logs import configure_logging
-from dispatcher.settings import LogFormat, Mode, load_settings
+from dispatcher.settings import EventLoop, LogFormat, Mode, load_settings
 
 app = typer.Typer(add_completion=False)
+
+
+def run_event_loop(main: Coroutine[Any, Any, None], choice: EventLoop) -> None:
+    """Run `main` on uvloop (measured: less CPU per record than asyncio's loop) or asyncio."""
+    if choice is not EventLoop.ASYNCIO:
+        try:
+            import uvloop  # noqa: PLC0415 - optional speed-up
+        except ImportError as exc:
+            if choice is EventLoop.UVLOOP:
+                main.close()
+                raise ConfigError("--event-loop uvloop: uvloop is not installed") from exc
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
 
 _KAFKA = "Kafka"
 _TOPICS = "Topics"
@@ -73,6 +89,8 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     log_format: Annotated[LogFormat, _opt("console or json.", "LOG_FORMAT",
                                           _OBS)] = LogFormat.CONSOLE,
     log_level: Annotated[str, _opt("DEBUG, INFO, WARNING, ERROR.", "LOG_LEVEL", _OBS)] = "INFO",
+    event_loop: Annotated[EventLoop, _opt("auto (uvloop when installed), asyncio or uvloop.",
+                                          "EVENT_LOOP", _WINDOW)] = EventLoop.AUTO,
 ) -> None:
     """Dispatch records to the counterparty, at least once (long-running; SIGTERM drains)."""
     flags = dict(locals())
@@ -81,7 +99,7 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     try:
         settings = load_settings(**flags)
         configure_logging(settings.log_format, settings.log_level)
-        asyncio.run(run_pod(settings))
+        run_event_loop(run_pod(settings), settings.event_loop)
     except WaitlineError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

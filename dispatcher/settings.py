@@ -30,6 +30,12 @@ class Mode(enum.StrEnum):
     BATCH = "batch"
 
 
+class EventLoop(enum.StrEnum):
+    AUTO = "auto"  # uvloop when installed, else asyncio's own
+    ASYNCIO = "asyncio"
+    UVLOOP = "uvloop"
+
+
 class LogFormat(enum.StrEnum):
     CONSOLE = "console"
     JSON = "json"
@@ -168,6 +174,7 @@ class DispatchSettings(KafkaClientSettings):
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_format: LogFormat = LogFormat.CONSOLE
     log_level: str = "INFO"
+    event_loop: EventLoop = EventLoop.AUTO
 
     @field_validator("deadline", "wait_expiration", "commit_interval", "drain_grace",
                      "delete_retention", mode="before")

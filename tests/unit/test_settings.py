@@ -168,3 +168,24 @@ def test_repeat_filter_holds_back_repeats_and_counts_them() -> None:
     later = record("Unable connect to %s")
     assert repeat.filter(later)
     assert "[100 similar lines held back]" in str(later.msg)
+
+
+def test_event_loop_choice_runs_the_coroutine_on_the_chosen_loop() -> None:
+    import asyncio
+
+    import uvloop
+
+    from dispatcher.pod_cli import run_event_loop
+    from dispatcher.settings import EventLoop
+
+    seen: list[type] = []
+
+    async def record_loop() -> None:
+        seen.append(type(asyncio.get_running_loop()))
+
+    run_event_loop(record_loop(), EventLoop.ASYNCIO)
+    run_event_loop(record_loop(), EventLoop.AUTO)
+    run_event_loop(record_loop(), EventLoop.UVLOOP)
+    assert not issubclass(seen[0], uvloop.Loop)
+    assert issubclass(seen[1], uvloop.Loop)
+    assert issubclass(seen[2], uvloop.Loop)
