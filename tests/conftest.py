@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.stack import LocalStack, StackPorts, free_port
+from dispatcher.errors import StackError
+from loadtest.stack import LocalStack, StackPorts, free_ports
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +25,15 @@ def local_stack() -> Iterator[LocalStack]:
     """Kafka + PostgreSQL started for this test session (started lazily, on first use)."""
     home = Path(tempfile.mkdtemp(prefix="waitline-test-"))
     home.chmod(0o755)  # the PostgreSQL server runs as `postgres` and must reach its folder
-    stack = LocalStack(home, StackPorts(free_port(), free_port(), free_port()))
+    stack = LocalStack(home, StackPorts(*free_ports(3)))
     try:
-        stack.up()
+        try:
+            stack.up()
+        except StackError:
+            # A port chosen free can be taken by another process before the service binds it
+            # (this machine is shared): one more try on fresh ports; a real failure repeats.
+            stack = LocalStack(home, StackPorts(*free_ports(3)))
+            stack.up()
         yield stack
     finally:
         stack.down()
