@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from dispatcher.endpoints import resolve_bootstrap_servers
+from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
 from loadtest.generator import produce
@@ -21,9 +21,15 @@ from loadtest.latency import parse_model
 
 if TYPE_CHECKING:
     from loadtest.compare import RunResult
+    from loadtest.mirror_bench import MirrorBenchRow
 
 CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
 FAILURE_EXIT_CODE = 1
+# `waitline loadtest mirror` defaults, which `bench` runs too.
+MIRROR_EVENTS = 50_000
+MIRROR_RATE = 1000.0
+MIRROR_DURATION = "60s"
+MIRROR_TRIGGER = "1s"
 
 app = typer.Typer(
     help="Load tests: the mock counterparty with latency models, and the record generator.",
@@ -174,6 +180,62 @@ def demo(
     typer.echo("The local stack is still running: `make down` (or `waitline dev down`) stops it.")
 
 
+def _run_mirror(*, events: int, rate: float, duration: str, trigger: str,
+                bootstrap_servers: str | None, dsn: str | None) -> list[MirrorBenchRow]:
+    """The reconciliation job's mirror benchmark, with progress; exits cleanly on bad input."""
+    from loadtest.mirror_bench import MirrorBenchSpec, run_mirror_bench  # noqa: PLC0415
+
+    try:
+        spec = MirrorBenchSpec.build(events=events, rate_per_s=rate, duration=duration,
+                                     trigger=trigger)
+        servers, pg_dsn = resolve_bootstrap_servers(bootstrap_servers), resolve_pg_dsn(dsn)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    console.print("[bold]reconciliation[/bold]: mirror throughput (--once) and mirror lag "
+                  f"(--trigger {trigger}) on Spark")
+    try:
+        with console.status("mirror: starting") as status:
+            return run_mirror_bench(spec, servers, pg_dsn,
+                                    on_progress=lambda text: status.update(f"mirror: {text}"))
+    except ConfigError as exc:  # e.g. the Spark Kafka connector's jars are missing
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+
+
+@app.command()
+def mirror(
+    *,
+    events: Annotated[int, typer.Option(
+        help="Wait events pre-filled for the throughput cycle.", min=1)] = MIRROR_EVENTS,
+    rate: Annotated[float, typer.Option(
+        help="Wait events per second of the lag flow (half prepares, half tombstones).",
+        min=0.0)] = MIRROR_RATE,
+    duration: Annotated[str, typer.Option(help="How long the lag flow runs, e.g. 60s.")] = (
+        MIRROR_DURATION),
+    trigger: Annotated[str, typer.Option(
+        help="The job's interval between cycles during the flow.")] = MIRROR_TRIGGER,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
+             "stack.")] = None,
+    dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local "
+             "stack.")] = None,
+) -> None:
+    """The reconciliation job: wait events/s of one --once cycle, and the mirror lag under a
+    steady flow with the job running continuously."""
+    from loadtest.mirror_bench import markdown_table, write_json  # noqa: PLC0415
+
+    rows = _run_mirror(events=events, rate=rate, duration=duration, trigger=trigger,
+                       bootstrap_servers=bootstrap_servers, dsn=dsn)
+    typer.echo(markdown_table(rows))
+    if json_path:
+        write_json(rows, json_path)
+        typer.echo(f"JSON: {json_path}")
+
+
 @app.command()
 def bench(
     *,
@@ -181,15 +243,25 @@ def bench(
         "docs/BENCHMARKS.md"),
     scenarios: Annotated[str, typer.Option(
         help="Comma-separated scenarios.")] = "reference,timeout-storm,scale",
+    mirror: Annotated[bool, typer.Option(
+        help="Then benchmark the reconciliation job (`waitline loadtest mirror`, "
+             "defaults).")] = True,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
+    dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL DSN of the registry; default: the local stack.")] = None,
 ) -> None:
-    """Run the benchmark scenarios and rewrite docs/BENCHMARKS.md with what was measured."""
+    """Run the benchmark scenarios, then the reconciliation job's, and rewrite
+    docs/BENCHMARKS.md with what was measured."""
     from loadtest.report import write_benchmarks  # noqa: PLC0415
 
     names = [name.strip() for name in scenarios.split(",") if name.strip()]
     results = _run_scenarios(names, bootstrap_servers, Path("reports/loadtest"))
-    write_benchmarks(results, names, out)
+    mirror_rows = (_run_mirror(events=MIRROR_EVENTS, rate=MIRROR_RATE, duration=MIRROR_DURATION,
+                               trigger=MIRROR_TRIGGER, bootstrap_servers=bootstrap_servers,
+                               dsn=dsn)
+                   if mirror else [])
+    write_benchmarks(results, names, out, mirror_rows=mirror_rows)
     typer.echo(f"wrote {out}")
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 
-from loadtest.compare import RunResult, markdown_table, write_json, write_plot
+from loadtest import mirror_bench
+from loadtest.compare import INPUT_PARTITIONS, RunResult, markdown_table, write_json, write_plot
+from loadtest.mirror_bench import MirrorBenchRow
 from loadtest.scenarios import SCENARIOS
 
 
@@ -22,9 +25,42 @@ def machine_line() -> str:
             f"load average at the end: {load}")
 
 
-def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: Path) -> None:
+def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> list[str]:
+    """The "## reconciliation" section: how the figures were taken, then their table."""
+    mb = mirror_bench
+    return [
+        "## reconciliation",
+        "",
+        "The Spark reconciliation job (`waitline loadtest mirror`, defaults), on one SparkSession "
+        "in the harness's process (`local[*]`); the JVM's start is timed apart. **Throughput**: a "
+        f"fresh {INPUT_PARTITIONS}-partition wait topic pre-filled with wait events shaped like "
+        "the dispatcher's (prepares, each tombstoned "
+        f"{mb.CLOSE_AFTER_PREPARES} prepares later, {mb.OPEN_FRACTION:.0%} of the events left "
+        "open), mirrored by one `--once` cycle; applied/s = events / the cycle's time (query "
+        "start, Kafka read, PostgreSQL COPY + merge, expiry sweep). Twice, on two topics: the "
+        "first cycle in the JVM (what `waitline reconcile --once` pays after the JVM start), "
+        "then a warm one (what each cycle of a long-running job pays). The table is then "
+        "checked to hold exactly the ids left open. **Lag**: the job runs continuously with "
+        "`--trigger` while a producer writes prepares at half the offered rate, each tombstoned "
+        f"{mb.TOMBSTONE_AFTER_S:g} s later. Every {mb.SAMPLE_EVERY_S:g} s the harness reads the "
+        "newest prepare visible in PostgreSQL; lag = now - its wait-topic timestamp, the "
+        "staleness a reader of the table sees, the wait for the next cycle included. Applied/s "
+        "is the slope of that newest prepare over time (x2: prepares and tombstones); kept up = "
+        f"at least {mb.KEPT_UP_RATIO:.0%} of the produced rate. A marker prepare sent last must "
+        "end as the only row left.",
+        "",
+        mirror_bench.markdown_table(rows),
+        "",
+        f"Raw rows: [{json_name}]({json_name}).",
+        "",
+    ]
+
+
+def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: Path, *,
+                     mirror_rows: Sequence[MirrorBenchRow] = ()) -> None:
     stem = out.with_suffix("")
     json_path, plot_path = stem.with_name("benchmarks.json"), stem.with_name("benchmarks.png")
+    mirror_json_path = stem.with_name("benchmarks-reconcile.json")
     write_json(results, json_path)
     write_plot(results, plot_path)
     parts = [
@@ -48,5 +84,8 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
         parts += [f"## {name}", "", SCENARIOS[name].description, "", markdown_table(rows), ""]
     parts += [f"![throughput vs bound]({plot_path.name})", "",
               f"Raw rows: [{json_path.name}]({json_path.name}).", ""]
+    if mirror_rows:
+        mirror_bench.write_json(mirror_rows, mirror_json_path)
+        parts += reconciliation_section(mirror_rows, mirror_json_path.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(parts))
