@@ -7,6 +7,7 @@ without the loadtest extra.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -37,6 +38,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def quiet_kafka_client() -> None:
+    """Load tests: the mock counterparty with latency models, and the record generator."""
+    # aiokafka warns on every retried produce to a topic created a moment ago (its leader is
+    # still being elected); the generator retries, so those lines are noise in a report.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
 
 @app.command()
