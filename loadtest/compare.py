@@ -18,9 +18,10 @@ import math
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 import psutil
@@ -222,9 +223,14 @@ def markdown_table(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def write_json(results: list[RunResult], path: Path) -> None:
+class JsonRow(Protocol):
+    def as_json(self) -> dict[str, object]: ...
+
+
+def write_json(rows: Sequence[JsonRow], path: Path) -> None:
+    """Benchmark rows as a JSON list (compare runs, mirror benchmark rows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
+    path.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n")
 
 
 def write_plot(results: list[RunResult], path: Path) -> None:

@@ -27,7 +27,6 @@ Topics and rows the bench creates are removed at the end; nothing is left in the
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import random
@@ -251,11 +250,6 @@ def markdown_table(rows: Sequence[MirrorBenchRow]) -> str:
                      f"{number(r.lag_p90_s)} | {number(r.lag_max_s)} | {kept_up} | "
                      f"{r.jvm_start_s:.1f} |")
     return "\n".join(lines)
-
-
-def write_json(rows: Sequence[MirrorBenchRow], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([r.as_json() for r in rows], indent=2) + "\n")
 
 
 # -- I/O shell ----------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
     parts += [f"![throughput vs bound]({plot_path.name})", "",
               f"Raw rows: [{json_path.name}]({json_path.name}).", ""]
     if mirror_rows:
-        mirror_bench.write_json(mirror_rows, mirror_json_path)
+        write_json(mirror_rows, mirror_json_path)
         parts += reconciliation_section(mirror_rows, mirror_json_path.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(parts))

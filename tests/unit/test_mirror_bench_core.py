@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.errors import ConfigError
+from loadtest.compare import write_json
 from loadtest.mirror_bench import (
     MirrorBenchRow,
     MirrorBenchSpec,
@@ -19,7 +20,6 @@ from loadtest.mirror_bench import (
     prefill_plan,
     quantile,
     staleness_s,
-    write_json,
 )
 
 pytestmark = pytest.mark.unit
