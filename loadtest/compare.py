@@ -77,7 +77,7 @@ class RunResult:
                 for k, v in asdict(self).items()}
 
 
-async def _create_topic(bootstrap: str, topic: str) -> None:
+async def create_topic(bootstrap: str, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -86,13 +86,13 @@ async def _create_topic(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
-def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
-def _stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     if process.poll() is None:
         process.terminate()
         try:
@@ -102,13 +102,20 @@ def _stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
             process.wait()
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
+async def get_metrics(session: aiohttp.ClientSession,
+                      url: str) -> dict[tuple[str, str], float]:
+    """The pod's `/metrics`, parsed."""
+    async with session.get(url) as response:
+        return parse_metrics(await response.text())
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
     async with session.get(url) as response:
         data: dict[str, object] = await response.json()
         return data
 
 
-async def _wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
+async def wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
                      log_path: Path, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -132,32 +139,32 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
-    await _create_topic(bootstrap, topic)
+    await create_topic(bootstrap, topic)
     await produce(bootstrap, topic, spec.records, progress=False)
 
     mock_port, metrics_port = free_port(), free_port()
     mock_log, pod_log = work_dir / f"{tag}-mock.log", work_dir / f"{tag}-pod.log"
-    mock = _spawn(["loadtest", "counterparty", "--model", spec.model, "--port", str(mock_port),
+    mock = spawn(["loadtest", "counterparty", "--model", spec.model, "--port", str(mock_port),
                    "--hang-s", str(spec.deadline_s * 2)], mock_log)
     pod: subprocess.Popen[bytes] | None = None
     try:
         async with aiohttp.ClientSession() as session:
             mock_url = f"http://127.0.0.1:{mock_port}/"
-            await _wait_http(session, f"{mock_url}stats", mock, mock_log)
-            pod = _spawn(["dispatch", "--input-topic", topic, "--group", group,
+            await wait_http(session, f"{mock_url}stats", mock, mock_log)
+            pod = spawn(["dispatch", "--input-topic", topic, "--group", group,
                           "--counterparty-url", mock_url, "--mode", spec.mode,
                           "--concurrency", str(spec.concurrency),
                           "--deadline", f"{spec.deadline_s:g}s",
                           "--bootstrap-servers", bootstrap, "--create-topics",
                           "--metrics-port", str(metrics_port)], pod_log)
             metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-            await _wait_http(session, metrics_url, pod, pod_log)
+            await wait_http(session, metrics_url, pod, pod_log)
             samples, last_metrics = await _sample(session, metrics_url, pod, spec, on_progress)
-            stats = await _get_json(session, f"{mock_url}stats")
+            stats = await get_json(session, f"{mock_url}stats")
     finally:
         if pod is not None:
-            _stop(pod)
-        _stop(mock)
+            stop(pod)
+        stop(mock)
 
     window = steady_state(samples, total=spec.records, warmup_s=spec.warmup_s)
     if window is None:
@@ -187,8 +194,7 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
     started = time.monotonic()
     last_report = started
     while time.monotonic() - started < spec.max_duration_s:
-        async with session.get(url) as response:
-            metrics = parse_metrics(await response.text())
+        metrics = await get_metrics(session, url)
         cpu = process.cpu_times()
         now = time.monotonic()
         samples.append(Sample(now - started, metric_sum(metrics, FINISHED),

@@ -22,9 +22,17 @@ from pathlib import Path
 import aiohttp
 
 from dispatcher.errors import WaitlineError
-from loadtest.compare import HarnessError, _create_topic, _get_json, _spawn, _stop, _wait_http
+from loadtest.compare import (
+    HarnessError,
+    create_topic,
+    get_json,
+    get_metrics,
+    spawn,
+    stop,
+    wait_http,
+)
 from loadtest.generator import produce
-from loadtest.measure import metric_sum, parse_metrics
+from loadtest.measure import metric_sum
 from loadtest.stack import free_port
 
 RECORDS = 2_000
@@ -72,22 +80,17 @@ def _waitline(*args: str, timeout_s: float = 600) -> str:
     return result.stdout
 
 
-async def _metrics(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
-    async with session.get(url) as response:
-        return parse_metrics(await response.text())
-
-
 async def run_crash_demo(bootstrap: str, work_dir: Path,
                          say: Callable[[str], None]) -> CrashReport:
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     tag = f"crashdemo-{time.time_ns() % 10**9}"
     topic, group = tag, tag
-    await _create_topic(bootstrap, topic)
+    await create_topic(bootstrap, topic)
     await produce(bootstrap, topic, RECORDS, progress=False)
     say(f"produced {RECORDS:,} records to {topic}")
 
     mock_port = free_port()
-    mock = _spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port)],
+    mock = spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port)],
                   work_dir / f"{tag}-mock.log")
     mock_url = f"http://127.0.0.1:{mock_port}/"
 
@@ -99,13 +102,13 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
 
     try:
         async with aiohttp.ClientSession() as session:
-            await _wait_http(session, f"{mock_url}stats", mock, work_dir / f"{tag}-mock.log")
+            await wait_http(session, f"{mock_url}stats", mock, work_dir / f"{tag}-mock.log")
             first_port = free_port()
-            first = _spawn(pod_args(first_port), work_dir / f"{tag}-pod1.log")
+            first = spawn(pod_args(first_port), work_dir / f"{tag}-pod1.log")
             url = f"http://127.0.0.1:{first_port}/metrics"
-            await _wait_http(session, url, first, work_dir / f"{tag}-pod1.log")
+            await wait_http(session, url, first, work_dir / f"{tag}-pod1.log")
             while True:  # polling another process's metrics: there is no event to wait on
-                finished = metric_sum(await _metrics(session, url),
+                finished = metric_sum(await get_metrics(session, url),
                                       "waitline_records_finished_total")
                 if finished >= KILL_AFTER_FINISHED:
                     break
@@ -116,15 +119,15 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
                 f"({CONCURRENCY} in flight)")
 
             second_port = free_port()
-            second = _spawn(pod_args(second_port), work_dir / f"{tag}-pod2.log")
+            second = spawn(pod_args(second_port), work_dir / f"{tag}-pod2.log")
             url = f"http://127.0.0.1:{second_port}/metrics"
-            await _wait_http(session, url, second, work_dir / f"{tag}-pod2.log")
+            await wait_http(session, url, second, work_dir / f"{tag}-pod2.log")
             await _wait_until_caught_up(session, url)
-            _stop(second)
+            stop(second)
             say("restarted pod caught up and stopped (SIGTERM)")
-            stats = await _get_json(session, f"{mock_url}stats")
+            stats = await get_json(session, f"{mock_url}stats")
     finally:
-        _stop(mock)
+        stop(mock)
 
     await asyncio.sleep(WAIT_EXPIRATION_S)
     say("running `waitline reconcile --once` (Spark: mirror the wait topic, expire)…")
@@ -150,7 +153,7 @@ async def _wait_until_caught_up(session: aiohttp.ClientSession, url: str,
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
-        metrics = await _metrics(session, url)
+        metrics = await get_metrics(session, url)
         done = (metric_sum(metrics, "waitline_in_flight") == 0
                 and metric_sum(metrics, "waitline_committed_offset_lag") == 0
                 and metric_sum(metrics, "waitline_records_fetched_total") > 0)
