@@ -15,11 +15,11 @@ from typer.core import TyperGroup
 
 # name -> (module:attribute of a typer.Typer, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "dispatch": ("dispatcher.pod_cli:app", "Run the dispatcher pod (long-running)."),
-    "dlq": ("dispatcher.dlq_cli:app", "Inspect and replay DLQ records."),
+    "dispatch": ("dispatcher.pod.cli:app", "Run the dispatcher pod (long-running)."),
+    "dlq": ("dispatcher.dlq.cli:app", "Inspect and replay DLQ records."),
     "registry": ("connectors.cli:app", "Inspect the wait registry in PostgreSQL."),
     "reconcile": ("spark_jobs.cli:app", "Run the Spark reconciliation job."),
-    "dev": ("loadtest.stack_cli:app", "Local stack: Kafka, PostgreSQL (up/down/status)."),
+    "dev": ("dispatcher.devstack.cli:app", "Local stack: Kafka, PostgreSQL (up/down/status)."),
     "loadtest": ("loadtest.cli:app", "Mock counterparty, generator and benchmarks."),
 }
 

@@ -6,12 +6,12 @@
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
-    ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq_io)
+    ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.kafka_session)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
 Counterparty problems are not exceptions: `Counterparty.call` returns a `CallOutcome` (see
-dispatcher.outcome). Library errors (aiokafka, aiohttp, psycopg) are translated at the module
+dispatcher.pod.outcome). Library errors (aiokafka, aiohttp, psycopg) are translated at the module
 that talks to them.
 """
 

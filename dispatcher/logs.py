@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import structlog
 
-from dispatcher.settings import LogFormat
+from dispatcher.pod.settings import LogFormat
 
 
 class RepeatFilter(logging.Filter):

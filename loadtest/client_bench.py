@@ -31,7 +31,7 @@ import httpx
 from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
-from dispatcher.counterparty import CallRequest, CounterpartySettings, HttpCounterparty
+from dispatcher.pod.counterparty import CallRequest, CounterpartySettings, HttpCounterparty
 
 BODY = (
     b'{"order_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "amount": "125.40", "currency": "EUR"}'

@@ -27,6 +27,7 @@ import aiohttp
 import psutil
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
 from loadtest.generator import produce
 from loadtest.latency import parse_model
@@ -39,7 +40,6 @@ from loadtest.measure import (
     steady_state,
 )
 from loadtest.scenarios import RunSpec, Scenario
-from loadtest.stack import free_port
 
 log = logging.getLogger(__name__)
 

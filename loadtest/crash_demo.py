@@ -21,6 +21,7 @@ from pathlib import Path
 
 import aiohttp
 
+from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
 from loadtest.compare import (
     HarnessError,
@@ -33,7 +34,6 @@ from loadtest.compare import (
 )
 from loadtest.generator import produce
 from loadtest.measure import metric_sum
-from loadtest.stack import free_port
 
 RECORDS = 2_000
 CONCURRENCY = 100

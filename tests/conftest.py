@@ -1,8 +1,9 @@
 """Shared fixtures: a real Kafka and a real PostgreSQL for the whole test session.
 
-Both are started through `loadtest.stack` (the code behind `waitline dev up`) in a temporary
-folder on free ports, so tests never collide with a running dev stack, and are stopped at the
-end. Tests isolate themselves by unique topic, group and wait-topic names (`unique_name`).
+Both are started through `dispatcher.devstack.stack` (the code behind `waitline dev up`) in a
+temporary folder on free ports, so tests never collide with a running dev stack, and are
+stopped at the end. Tests isolate themselves by unique topic, group and wait-topic names
+(`unique_name`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.devstack.stack import LocalStack, StackPorts, free_ports
 from dispatcher.errors import StackError
-from loadtest.stack import LocalStack, StackPorts, free_ports
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.pod import run_pod
-from dispatcher.settings import DispatchSettings, load_settings
+from dispatcher.pod.runner import run_pod
+from dispatcher.pod.settings import DispatchSettings, load_settings
 from dispatcher.wire import (
     DlqEntry,
     Headers,

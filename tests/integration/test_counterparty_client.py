@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from dispatcher.counterparty import (
+from dispatcher.pod.counterparty import (
     CallRequest,
     CounterpartySettings,
     FunctionCounterparty,
     HttpCounterparty,
 )
-from dispatcher.outcome import CallOutcome
+from dispatcher.pod.outcome import CallOutcome
 
 pytestmark = pytest.mark.integration
 

@@ -21,11 +21,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from typer.testing import CliRunner, Result
 
 from dispatcher import wire
-from dispatcher.dlq import ReplayRequest
-from dispatcher.dlq_cli import app
-from dispatcher.dlq_io import KafkaSession, QuietObserver, ReplayOutcome, execute_replay
+from dispatcher.dlq.cli import app
+from dispatcher.dlq.core import ReplayRequest
+from dispatcher.dlq.kafka_session import KafkaSession, QuietObserver, ReplayOutcome, execute_replay
 from dispatcher.errors import ProduceError
-from dispatcher.settings import KafkaConfig
+from dispatcher.pod.settings import KafkaConfig
 from dispatcher.wire import Failure, Headers, SourceRecord
 
 pytestmark = pytest.mark.integration

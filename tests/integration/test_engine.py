@@ -35,8 +35,8 @@ from dispatch_helpers import (
 )
 
 from dispatcher.errors import TopicSetupError
-from dispatcher.pod import run_pod
-from dispatcher.settle import source_record
+from dispatcher.pod.runner import run_pod
+from dispatcher.pod.settle import source_record
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC, wait_id_for
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce

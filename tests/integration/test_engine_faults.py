@@ -28,10 +28,10 @@ from dispatch_helpers import (
     wait_until,
 )
 
+from dispatcher.devstack.stack import LocalStack
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce
 from loadtest.latency import parse_model
-from loadtest.stack import LocalStack
 
 pytestmark = pytest.mark.integration
 

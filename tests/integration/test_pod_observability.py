@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 from dispatch_helpers import DispatcherProcess, create_topic, dispatch_argv, wait_until
 
+from dispatcher.devstack.stack import free_port
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce
 from loadtest.latency import parse_model
 from loadtest.measure import histogram_buckets, metric_sum, parse_metrics
-from loadtest.stack import free_port
 
 pytestmark = pytest.mark.integration
 

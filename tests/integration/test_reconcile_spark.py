@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from dispatcher.devstack.stack import PostgresService, free_port
 from dispatcher.errors import ConfigError
 from dispatcher.wire import (
     OutgoingRecord,
@@ -30,7 +31,6 @@ from dispatcher.wire import (
     wait_record,
     wait_tombstone,
 )
-from loadtest.stack import PostgresService, free_port
 from spark_jobs.reconcile import CycleReport, ReconcileConfig, ReconcileJob, parse_kafka_options
 from spark_jobs.session import SparkSettings, build_session
 

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from loadtest.stack import LocalStack, StackPorts, _pid_alive, free_port
+from dispatcher.devstack.stack import LocalStack, StackPorts, _pid_alive, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher import wire
-from dispatcher.dlq import (
+from dispatcher.dlq.core import (
     DlqCoordinates,
     DlqFilter,
     DlqRecord,

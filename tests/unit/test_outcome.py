@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.counterparty import CounterpartySettings
 from dispatcher.errors import ConfigError
-from dispatcher.outcome import (
+from dispatcher.pod.counterparty import CounterpartySettings
+from dispatcher.pod.outcome import (
     BODY_SNIPPET_CHARS,
     Attempt,
     RetryPolicy,

@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.errors import ConfigError
-from dispatcher.pod import is_loopback
-from dispatcher.pod_cli import app
-from dispatcher.settings import DispatchSettings, Mode, load_settings
+from dispatcher.pod.cli import app
+from dispatcher.pod.runner import is_loopback
+from dispatcher.pod.settings import DispatchSettings, Mode, load_settings
 
 pytestmark = pytest.mark.unit
 
@@ -175,8 +175,8 @@ def test_event_loop_choice_runs_the_coroutine_on_the_chosen_loop() -> None:
 
     import uvloop
 
-    from dispatcher.pod_cli import run_event_loop
-    from dispatcher.settings import EventLoop
+    from dispatcher.pod.cli import run_event_loop
+    from dispatcher.pod.settings import EventLoop
 
     seen: list[type] = []
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.settings import MAX_RECORD_BYTES, TopicConfig
-from dispatcher.topics import DLQ_RETENTION_MS, TopicPlan, plan_topics
+from dispatcher.pod.settings import MAX_RECORD_BYTES, TopicConfig
+from dispatcher.pod.topics import DLQ_RETENTION_MS, TopicPlan, plan_topics
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from dispatcher.watermark import OffsetWatermark, PartitionWatermarks, TopicPartitionKey
+from dispatcher.pod.watermark import OffsetWatermark, PartitionWatermarks, TopicPartitionKey
 
 pytestmark = pytest.mark.unit
 

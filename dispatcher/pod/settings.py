@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dispatcher.counterparty import CounterpartySettings
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
+from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_RECORD_BYTES = 8 * 1024 * 1024

@@ -29,7 +29,7 @@ import aiohttp
 from yarl import URL
 
 from dispatcher.errors import ConfigError
-from dispatcher.outcome import (
+from dispatcher.pod.outcome import (
     Attempt,
     CallOutcome,
     RetryPolicy,

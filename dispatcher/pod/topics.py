@@ -15,7 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from dispatcher.errors import TopicSetupError
-from dispatcher.settings import MAX_RECORD_BYTES, KafkaConfig, TopicConfig
+from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig, TopicConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What a counterparty answer means (success, retry, or final failure) and how long to wait.
 
-Pure: no I/O. The HTTP shell (`dispatcher.counterparty`) turns each HTTP attempt into an
+Pure: no I/O. The HTTP shell (`dispatcher.pod.counterparty`) turns each HTTP attempt into an
 `Attempt` with `attempt_from_response` or `attempt_from_error`, asks `RetryPolicy` how long to
 pause before the next one, and ends with `final_outcome` or `deadline_outcome`.
 

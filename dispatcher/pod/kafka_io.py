@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
 from dispatcher.errors import ProduceError
-from dispatcher.settings import MAX_RECORD_BYTES, KafkaConfig
+from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig
 from dispatcher.wire import OutgoingRecord
 
 log = logging.getLogger(__name__)

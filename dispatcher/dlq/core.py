@@ -1,6 +1,6 @@
 """The DLQ tools' pure core: which DLQ records a filter selects, how a replay is planned, and the
 replay ledger that keeps a DLQ record from being replayed twice by accident. No I/O here:
-`dispatcher.dlq_io` reads and writes Kafka, `dispatcher.dlq_cli` talks to people.
+`dispatcher.dlq.kafka_session` reads and writes Kafka, `dispatcher.dlq.cli` talks to people.
 
 Not replayed twice by accident, the design:
 
@@ -15,9 +15,9 @@ Not replayed twice by accident, the design:
   deleted and created again, its new records at old offsets are not mistaken for replayed ones.
 - A record replayed to a different topic (`--to-topic`, e.g. a staging copy) still counts as not
   replayed to its original topic. `--include-replayed` replays deliberately again.
-- `dispatcher.dlq_io` makes each replayed record and its ledger entry one Kafka transaction, so
-  a crash never leaves a replay without its ledger entry (or the reverse); and it fences any
-  other replay of the same DLQ before it reads the ledger (see its docstring).
+- `dispatcher.dlq.kafka_session` makes each replayed record and its ledger entry one Kafka
+  transaction, so a crash never leaves a replay without its ledger entry (or the reverse); and
+  it fences any other replay of the same DLQ before it reads the ledger (see its docstring).
 - Malformed DLQ records (not following the wire format) are listed, counted, never replayed.
 """
 

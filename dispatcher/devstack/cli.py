@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dispatcher.devstack.stack import LocalStack
 from dispatcher.endpoints import state_dir
 from dispatcher.errors import WaitlineError
-from loadtest.stack import LocalStack
 
 app = typer.Typer(help="Local stack: a real Kafka (KRaft) and PostgreSQL on loopback.",
                   no_args_is_help=True)

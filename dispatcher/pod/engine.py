@@ -33,14 +33,14 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.counterparty import CallRequest, Counterparty
 from dispatcher.errors import ProduceError
-from dispatcher.kafka_io import AckedWriter
-from dispatcher.metrics import DispatcherMetrics
-from dispatcher.outcome import CallOutcome
-from dispatcher.settings import TopicConfig, WindowConfig
-from dispatcher.settle import OutcomeWriter, source_record
-from dispatcher.watermark import PartitionWatermarks, TopicPartitionKey
+from dispatcher.pod.counterparty import CallRequest, Counterparty
+from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.outcome import CallOutcome
+from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.pod.settle import OutcomeWriter, source_record
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,

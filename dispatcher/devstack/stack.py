@@ -32,7 +32,7 @@ from connectors.migrate import apply_migrations
 from dispatcher.endpoints import StackConnection
 from dispatcher.errors import StackError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "kafka"
 CACHE_ENV = "WAITLINE_CACHE_DIR"
 DATABASE = "waitline"

@@ -12,13 +12,13 @@ import signal
 from collections.abc import Callable
 from typing import Protocol
 
-from dispatcher.batch import BatchEngine
-from dispatcher.counterparty import HttpCounterparty
-from dispatcher.engine import AtLeastOnceEngine
-from dispatcher.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
-from dispatcher.metrics import DispatcherMetrics, MetricsServer
-from dispatcher.settings import DispatchSettings, KafkaConfig, Mode, TopicConfig
-from dispatcher.topics import ensure_topics
+from dispatcher.pod.batch import BatchEngine
+from dispatcher.pod.counterparty import HttpCounterparty
+from dispatcher.pod.engine import AtLeastOnceEngine
+from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
+from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
+from dispatcher.pod.settings import DispatchSettings, KafkaConfig, Mode, TopicConfig
+from dispatcher.pod.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

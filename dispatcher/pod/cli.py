@@ -10,7 +10,7 @@ import typer
 
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.logs import configure_logging
-from dispatcher.settings import EventLoop, LogFormat, Mode, load_settings
+from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
 
 app = typer.Typer(add_completion=False)
 
@@ -94,7 +94,7 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
 ) -> None:
     """Dispatch records to the counterparty, at least once (long-running; SIGTERM drains)."""
     flags = dict(locals())
-    from dispatcher.pod import run_pod  # noqa: PLC0415 - keep `--help` fast
+    from dispatcher.pod.runner import run_pod  # noqa: PLC0415 - keep `--help` fast
 
     try:
         settings = load_settings(**flags)

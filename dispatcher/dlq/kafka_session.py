@@ -1,11 +1,11 @@
 """Kafka I/O of the DLQ tools: scanning a DLQ and its replay ledger, fetching one record, and
-replaying planned records (the decisions are `dispatcher.dlq`'s).
+replaying planned records (the decisions are `dispatcher.dlq.core`'s).
 
 Scans read with isolation_level=read_committed and no consumer group (they commit nothing), from
 each partition's first offset (or the first at or after `--since`, via the time index) to the
 end offset taken when the scan starts, so every command terminates while the pod keeps writing.
 
-Replay, the I/O half of the no-double-replay design described in `dispatcher.dlq`:
+Replay, the I/O half of the no-double-replay design described in `dispatcher.dlq.core`:
 
 1. `KafkaSession.plan_replay` reads the ledger, scans the DLQ and decides record by record; it
    writes nothing (a dry run stops here; the CLI asks for confirmation here, with no Kafka
@@ -42,7 +42,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
 
-from dispatcher.dlq import (
+from dispatcher.dlq.core import (
     DlqCoordinates,
     DlqRecord,
     LedgerEntry,
@@ -63,8 +63,8 @@ from dispatcher.errors import (
     TopicSetupError,
     WireFormatError,
 )
-from dispatcher.kafka_io import make_producer, stop_quietly
-from dispatcher.settings import MAX_RECORD_BYTES, KafkaConfig
+from dispatcher.pod.kafka_io import make_producer, stop_quietly
+from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig
 
 TRANSACTION_MAX_RECORDS = 500
 TRANSACTION_MAX_BYTES = 32 * 1024 * 1024

@@ -7,10 +7,10 @@ import json
 
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.kafka_io import AckedWriter
-from dispatcher.metrics import DispatcherMetrics
-from dispatcher.outcome import CallOutcome
-from dispatcher.settings import TopicConfig
+from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.outcome import CallOutcome
+from dispatcher.pod.settings import TopicConfig
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,

@@ -14,11 +14,11 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from dispatcher.counterparty import CallRequest, Counterparty
-from dispatcher.kafka_io import AckedWriter
-from dispatcher.metrics import DispatcherMetrics
-from dispatcher.settings import TopicConfig, WindowConfig
-from dispatcher.settle import OutcomeWriter, source_record
+from dispatcher.pod.counterparty import CallRequest, Counterparty
+from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.pod.settle import OutcomeWriter, source_record
 from dispatcher.wire import NULL_VALUE_FAILURE, SourceRecord, wait_id_for
 
 log = logging.getLogger(__name__)

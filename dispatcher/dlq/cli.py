@@ -5,7 +5,7 @@ WAITLINE_BOOTSTRAP_SERVERS, else the local stack's; security settings come from 
 WAITLINE_* variables as the pod's (WAITLINE_SECURITY_PROTOCOL, WAITLINE_SASL_MECHANISM, ...).
 Tables are for people, `--json` for scripts; scans draw a progress bar on a terminal (stderr).
 Exit codes: 0 done, 1 Kafka failed or the operator declined, 2 bad input (flags, a missing topic,
-a record that is not there). How a record is kept from being replayed twice: `dispatcher.dlq`.
+a record that is not there). How a record is kept from being replayed twice: `dispatcher.dlq.core`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from dispatcher.dlq import (
+from dispatcher.dlq.core import (
     DlqCoordinates,
     DlqFilter,
     DlqRecord,
@@ -51,11 +51,11 @@ from dispatcher.dlq import (
     format_time_ms,
     resolve_dlq_topic,
 )
-from dispatcher.dlq_io import KafkaSession, ReplayOutcome, execute_replay
+from dispatcher.dlq.kafka_session import KafkaSession, ReplayOutcome, execute_replay
 from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
+from dispatcher.pod.settings import KafkaClientSettings
 from dispatcher.previews import preview_bytes
-from dispatcher.settings import KafkaClientSettings
 
 app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,
                   add_completion=False)

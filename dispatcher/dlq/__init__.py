@@ -1,0 +1,1 @@
+"""Operator tools for the dead-letter topic: list, show, stats and replay (`waitline dlq`)."""
