@@ -1,0 +1,112 @@
+"""Building the records Waitline writes: prepare, tombstone and DLQ record."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from dispatcher.wire.fields import encode_original_headers, encode_original_key, format_expiration
+from dispatcher.wire.model import (
+    DISPATCHER_GROUP,
+    EXCEPTION,
+    EXCEPTION_MESSAGE,
+    MAX_FAILURE_TEXT_CHARS,
+    ORIGINAL_HEADERS,
+    ORIGINAL_KEY,
+    ORIGINAL_OFFSET,
+    ORIGINAL_PARTITION,
+    ORIGINAL_TIMESTAMP,
+    ORIGINAL_TOPIC,
+    STACKTRACE,
+    WAIT_EXPIRATION_TIME,
+    WAIT_EXPIRATION_UUID,
+    Failure,
+    Headers,
+    OutgoingRecord,
+    SourceRecord,
+    wait_id_for,
+)
+
+
+def wait_record(source: SourceRecord, group: str, expires_at: datetime) -> OutgoingRecord:
+    """The prepare record for `source`; ValueError for a null value (send it to the DLQ)."""
+    if source.value is None:
+        raise ValueError(
+            f"{source.topic}/{source.partition}/{source.offset} has a null value: "
+            "it cannot be prepared, send it to the DLQ with NULL_VALUE_FAILURE"
+        )
+    return _wait_topic_record(source, group, expires_at, source.value)
+
+
+def wait_tombstone(source: SourceRecord, group: str, expires_at: datetime) -> OutgoingRecord:
+    """The tombstone closing `source`'s prepare: same key and headers, null value."""
+    return _wait_topic_record(source, group, expires_at, None)
+
+
+def tombstone_of(prepare: OutgoingRecord) -> OutgoingRecord:
+    """The tombstone closing `prepare` (a `wait_record` result): equal to
+    `wait_tombstone(source, group, expires_at)` for the same arguments, without encoding the
+    headers again — the dispatcher's hot path keeps the prepare and closes it with this."""
+    return OutgoingRecord(key=prepare.key, value=None, headers=prepare.headers)
+
+
+def dlq_record(source: SourceRecord, group: str, failure: Failure) -> OutgoingRecord:
+    """The DLQ record for `source`: original key, value and headers, then ours."""
+    wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+    ours = [
+        *_origin_headers(source),
+        (WAIT_EXPIRATION_UUID, str(wait_id)),
+        (EXCEPTION, _cap(failure.exception, keep_tail=False)),
+        (EXCEPTION_MESSAGE, _cap(failure.message, keep_tail=False)),
+    ]
+    if failure.stacktrace is not None:
+        ours.append((STACKTRACE, _cap(failure.stacktrace, keep_tail=True)))
+    ours.append((DISPATCHER_GROUP, group))
+    return OutgoingRecord(
+        key=source.key, value=source.value, headers=(*source.headers, *_encode_texts(ours))
+    )
+
+
+def _wait_topic_record(
+    source: SourceRecord, group: str, expires_at: datetime, value: bytes | None
+) -> OutgoingRecord:
+    wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+    headers = [
+        *_origin_headers(source),
+        (WAIT_EXPIRATION_UUID, str(wait_id)),
+        (WAIT_EXPIRATION_TIME, format_expiration(expires_at)),
+    ]
+    return OutgoingRecord(
+        key=str(wait_id).encode("ascii"), value=value, headers=_encode_texts(headers)
+    )
+
+
+def _origin_headers(source: SourceRecord) -> list[tuple[str, str]]:
+    """The ORIGINAL_* headers shared by wait and DLQ records, in their documented order."""
+    headers = [
+        (ORIGINAL_TOPIC, source.topic),
+        (ORIGINAL_PARTITION, str(source.partition)),
+        (ORIGINAL_OFFSET, str(source.offset)),
+    ]
+    key_text = encode_original_key(source.key)
+    if key_text is not None:
+        headers.append((ORIGINAL_KEY, key_text))
+    headers.append((ORIGINAL_TIMESTAMP, str(source.timestamp_ms)))
+    headers.append((ORIGINAL_HEADERS, encode_original_headers(source.headers)))
+    return headers
+
+
+def _encode_texts(headers: Sequence[tuple[str, str]]) -> Headers:
+    # backslashreplace: an exception message built from undecodable bytes may hold lone
+    # surrogates; the DLQ write must not fail on them.
+    return tuple((name, text.encode("utf-8", "backslashreplace")) for name, text in headers)
+
+
+def _cap(text: str, *, keep_tail: bool) -> str:
+    if len(text) <= MAX_FAILURE_TEXT_CHARS:
+        return text
+    marker = "…[truncated]…"
+    room = MAX_FAILURE_TEXT_CHARS - len(marker)
+    return marker + text[-room:] if keep_tail else text[:room] + marker
+
+

@@ -1,0 +1,92 @@
+"""The wire format's vocabulary: header names, the records it speaks of, and the wait id."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+ORIGINAL_TOPIC = "ORIGINAL_TOPIC"
+ORIGINAL_PARTITION = "ORIGINAL_PARTITION"
+ORIGINAL_OFFSET = "ORIGINAL_OFFSET"
+ORIGINAL_KEY = "ORIGINAL_KEY"
+ORIGINAL_TIMESTAMP = "ORIGINAL_TIMESTAMP"
+ORIGINAL_HEADERS = "ORIGINAL_HEADERS"
+WAIT_EXPIRATION_UUID = "WAIT_EXPIRATION_UUID"
+WAIT_EXPIRATION_TIME = "WAIT_EXPIRATION_TIME"
+EXCEPTION = "Exception"
+EXCEPTION_MESSAGE = "ExceptionMessage"
+STACKTRACE = "Stacktrace"
+DISPATCHER_GROUP = "DispatcherGroup"
+
+Headers = tuple[tuple[str, bytes | None], ...]
+"""Kafka record headers in order; names may repeat and a value may be null."""
+
+WAIT_ID_NAMESPACE = uuid.UUID("8d5dc48b-eb78-4291-a7b2-89437d80e6a2")
+"""Fixed forever: changing it would orphan every open wait record."""
+
+MAX_FAILURE_TEXT_CHARS = 8192
+"""Cap on ExceptionMessage and Stacktrace, far below Kafka's default 1 MB record limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """An input record as consumed, or as a replay rebuilds it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    """What a producer sends: key, value (None = tombstone) and headers."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a record went to the DLQ: error class name, message, and stack trace if any."""
+
+    exception: str
+    message: str
+    stacktrace: str | None = None
+
+
+NULL_VALUE_FAILURE = Failure(
+    exception="NullValueError",
+    message="input record has a null value; it would read as a tombstone in the wait topic, "
+    "so it is not dispatched",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitEntry:
+    """A parsed wait-topic record; `source.value` is the body, None for a tombstone."""
+
+    wait_id: uuid.UUID
+    source: SourceRecord
+    expires_at: datetime
+    is_tombstone: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DlqEntry:
+    """A parsed DLQ record; `source` is the original record, rebuilt exactly."""
+
+    source: SourceRecord
+    wait_id: uuid.UUID | None
+    failure: Failure
+    group: str | None
+
+
+def wait_id_for(group: str, topic: str, partition: int, offset: int) -> uuid.UUID:
+    """The wait id of the record at `topic/partition/offset` consumed by `group`."""
+    return uuid.uuid5(WAIT_ID_NAMESPACE, f"{group}/{topic}/{partition}/{offset}")
