@@ -6,7 +6,7 @@
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
-    ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.kafka_session)
+    ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.session)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 

@@ -22,8 +22,9 @@ from typer.testing import CliRunner, Result
 
 from dispatcher import wire
 from dispatcher.dlq.cli import app
-from dispatcher.dlq.core import ReplayRequest
-from dispatcher.dlq.kafka_session import KafkaSession, QuietObserver, ReplayOutcome, execute_replay
+from dispatcher.dlq.plan import ReplayRequest
+from dispatcher.dlq.replay import ReplayOutcome, execute_replay
+from dispatcher.dlq.session import KafkaSession, QuietObserver
 from dispatcher.errors import ProduceError
 from dispatcher.pod.settings import KafkaConfig
 from dispatcher.wire import Failure, Headers, SourceRecord

@@ -11,26 +11,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher import wire
-from dispatcher.dlq.core import (
+from dispatcher.dlq.ledger import (
+    LedgerEntry,
+    ReplayLedger,
+    ledger_record,
+    ledger_topic_for,
+    parse_ledger_record,
+)
+from dispatcher.dlq.plan import ReplayPlan, ReplayPlanner, ReplayRequest, Verdict
+from dispatcher.dlq.records import (
     DlqCoordinates,
     DlqFilter,
     DlqRecord,
-    DlqRow,
-    DlqStats,
-    LedgerEntry,
-    OldestFirst,
-    ReplayLedger,
-    ReplayPlan,
-    ReplayPlanner,
-    ReplayRequest,
-    Verdict,
     bytes_json,
-    ledger_record,
-    ledger_topic_for,
     original_record,
-    parse_ledger_record,
     resolve_dlq_topic,
 )
+from dispatcher.dlq.rows import DlqRow, DlqStats, OldestFirst
 from dispatcher.errors import ConfigError, WireFormatError
 from dispatcher.previews import preview_bytes
 from dispatcher.wire import Failure, SourceRecord
