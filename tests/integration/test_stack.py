@@ -15,7 +15,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from dispatcher.devstack.stack import LocalStack, StackPorts, _pid_alive, free_port
+from dispatcher.devstack.processes import pid_alive
+from dispatcher.devstack.stack import LocalStack, StackPorts, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ def test_dev_up_status_down_up_again(tmp_path_factory: pytest.TempPathFactory) -
 
         down = _waitline(state_dir, "dev", "down")
         assert down.returncode == 0 and "stopped: kafka, postgres" in down.stdout
-        assert not any(_pid_alive(pid) for pid in pids)
+        assert not any(pid_alive(pid) for pid in pids)
         assert not (state_dir / "stack.json").exists()
         stopped = _waitline(state_dir, "dev", "status")
         assert stopped.returncode == 1 and "stopped" in stopped.stdout

@@ -1,0 +1,177 @@
+"""Kafka of the local stack: one broker+controller (KRaft combined mode) run from the Apache Kafka
+jars that `make setup` fetched from Maven Central (`$WAITLINE_CACHE_DIR/kafka-libs`)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
+from dispatcher.errors import StackError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KAFKA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "kafka"
+CACHE_ENV = "WAITLINE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV, REPO_ROOT / ".cache")).resolve()
+
+
+class KafkaService:
+    """One Kafka broker+controller (KRaft combined mode) from the jars in the cache folder."""
+
+    name = "kafka"
+
+    def __init__(self, home: Path, port: int, controller_port: int,
+                 heap: str = "1g", libs_dir: Path | None = None) -> None:
+        self.home = home
+        self.port = port
+        self.controller_port = controller_port
+        self.heap = heap
+        self.libs_dir = libs_dir or cache_dir() / "kafka-libs"
+        self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "logs" / "server.log"
+
+    @property
+    def _stdout_path(self) -> Path:
+        return self.home / "logs" / "stdout.log"
+
+    @property
+    def _pid_path(self) -> Path:
+        return self.home / "kafka.pid"
+
+    def _java_cmd(self, main_class: str, *args: str) -> list[str]:
+        if not any(self.libs_dir.glob("kafka_2.13-*.jar")):
+            raise StackError(
+                f"Kafka jars not found in {self.libs_dir}: run `make setup` "
+                f"(or set {CACHE_ENV} to the folder that holds kafka-libs/)"
+            )
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("java not found on PATH: install OpenJDK 17 (`make setup` does)")
+        return [
+            java, "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={KAFKA_CONFIG_DIR / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.home / 'logs'}",
+            "-cp", f"{self.libs_dir}/*", main_class, *args,
+        ]
+
+    def _render_config(self) -> Path:
+        template = (KAFKA_CONFIG_DIR / "server.properties.template").read_text()
+        config = template.format(port=self.port, controller_port=self.controller_port,
+                                 data_dir=self.home / "data")
+        path = self.home / "server.properties"
+        path.write_text(config)
+        return path
+
+    def _format_storage(self, config: Path) -> None:
+        if (self.home / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                           "-c", str(config), "--ignore-formatted"),
+            capture_output=True, text=True, check=False, timeout=120,
+        )
+        if result.returncode != 0:
+            raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self._pid_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if pid_matches(pid, str(self.home)) else None
+
+    def start(self) -> None:
+        if self.pid() is not None:
+            return
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        config = self._render_config()
+        self._format_storage(config)
+        # The config path carries self.home, which is what pid() matches on.
+        with self._stdout_path.open("ab") as out:
+            process = subprocess.Popen(
+                self._java_cmd("kafka.Kafka", str(config)),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._process = process
+        self._pid_path.write_text(str(process.pid))
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        pid = self.pid()
+        if pid is not None:
+            terminate(pid, timeout_s)
+        self._reap()
+        self._pid_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, for crash tests."""
+        pid = self.pid()
+        if pid is not None:
+            terminate(pid, 0)
+        self._reap()
+
+    def _reap(self) -> None:
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
+
+    def healthy(self) -> bool:
+        return asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=5.0))
+
+    def wait_healthy(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.pid() is None:
+                raise StackError(
+                    "Kafka exited during start-up. Last lines of its logs:\n"
+                    f"{log_tail(self._stdout_path)}\n{log_tail(self.log_path)}"
+                )
+            if asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=3.0)):
+                return
+            time.sleep(0.5)
+        raise StackError(
+            f"Kafka did not answer on {self.bootstrap_servers} within {timeout_s:.0f} s. "
+            f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
+        )
+
+    def status(self) -> ServiceStatus:
+        pid = self.pid()
+        return ServiceStatus(self.name, pid is not None, pid is not None and self.healthy(),
+                             self.port, pid, self.bootstrap_servers, str(self.log_path))
+
+
+async def _kafka_answers(bootstrap_servers: str, timeout_s: float) -> bool:
+    """True when the broker serves metadata and can create a topic-less producer session."""
+    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers,
+                                request_timeout_ms=int(timeout_s * 1000))
+    try:
+        async with asyncio.timeout(timeout_s):
+            await admin.start()
+            await admin.list_topics()
+    except Exception:  # noqa: BLE001 - any failure means "not answering yet"
+        return False
+    else:
+        return True
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
