@@ -300,6 +300,9 @@ def replay_records(
     include_replayed: Annotated[bool, typer.Option(
         "--include-replayed", help="Replay records already replayed to the target again "
                                    "(deliberately).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Send every selected DLQ record, even several of one wait id or of a "
+                        "wait id replayed before (by default each wait id goes once).")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Show what would be replayed; write nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -309,7 +312,7 @@ def replay_records(
     """Write DLQ records' originals (key, value, headers) back to their topic, each once."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
-                            include_replayed=include_replayed, limit=limit)
+                            include_replayed=include_replayed, limit=limit, force=force)
     console = _console()
 
     async def plan_only(session: KafkaSession) -> ReplayPlan:

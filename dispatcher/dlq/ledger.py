@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,7 +28,6 @@ def ledger_topic_for(dlq_topic: str) -> str:
     return ledger
 
 
-
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """One replay, as the ledger records it: which DLQ record went where, and when."""
@@ -37,6 +38,9 @@ class LedgerEntry:
     target_partition: int
     target_offset: int
     replayed_at_ms: int
+    # The replayed record's wait id, so a later DLQ record of the same wait id counts as
+    # replayed too; None for records without one and for entries written before it was kept.
+    wait_id: uuid.UUID | None = None
 
 
 def ledger_record(entry: LedgerEntry) -> OutgoingRecord:
@@ -50,6 +54,8 @@ def ledger_record(entry: LedgerEntry) -> OutgoingRecord:
         "target_offset": entry.target_offset,
         "replayed_at_ms": entry.replayed_at_ms,
     }
+    if entry.wait_id is not None:
+        value["wait_id"] = str(entry.wait_id)
     return OutgoingRecord(
         key=f"{entry.dlq}/{entry.target_topic}".encode(),
         value=json.dumps(value, separators=(",", ":")).encode(),
@@ -68,8 +74,9 @@ def parse_ledger_record(value: bytes | None) -> LedgerEntry:
             target_partition=_int(data["target_partition"]),
             target_offset=_int(data["target_offset"]),
             replayed_at_ms=_int(data["replayed_at_ms"]),
+            wait_id=None if data.get("wait_id") is None else uuid.UUID(str(data["wait_id"])),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         shown = (value or b"")[:80]
         raise WireFormatError(f"not a replay ledger entry ({exc!r}): {shown!r}") from exc
     return entry
@@ -82,15 +89,23 @@ def _int(value: object) -> int:
 
 
 class ReplayLedger:
-    """The replays recorded so far, looked up by DLQ record."""
+    """The replays recorded so far, looked up by DLQ record and by wait id."""
 
     def __init__(self, entries: Iterable[LedgerEntry] = ()) -> None:
         self._replays: dict[tuple[DlqCoordinates, int], list[LedgerEntry]] = {}
+        self._wait_replays: Counter[tuple[uuid.UUID, str]] = Counter()
         for entry in entries:
             self.add(entry)
 
     def add(self, entry: LedgerEntry) -> None:
         self._replays.setdefault((entry.dlq, entry.dlq_timestamp_ms), []).append(entry)
+        if entry.wait_id is not None:
+            self._wait_replays[entry.wait_id, entry.target_topic] += 1
+
+    def wait_replay_count(self, wait_id: uuid.UUID | None, target_topic: str) -> int:
+        """How often a DLQ record of `wait_id` was replayed to `target_topic`, as far as the
+        entries name wait ids (0 for no wait id)."""
+        return 0 if wait_id is None else self._wait_replays[wait_id, target_topic]
 
     def replays_of(self, record: DlqRecord) -> list[LedgerEntry]:
         """Every recorded replay of `record`, oldest first."""

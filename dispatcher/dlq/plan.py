@@ -11,6 +11,10 @@ Not replayed twice by accident, the design:
   records it did not match exactly as replayable as before. (A committed consumer-group offset
   cannot do that: committing past a record the filters skipped hides it forever, and committing
   only the contiguous replayed prefix replays everything after the first skipped record again.)
+- The same wait id can reach the DLQ more than once (a repeated sweep, a re-expiry, a pod's DLQ
+  record plus a late expiry). A replay sends each wait id once: the oldest of its selected DLQ
+  records, and none when one of its records was replayed to the same target before (ledger
+  entries name the wait id). `--force` sends every selected DLQ record instead.
 - The identity of a DLQ record is its partition, offset *and* timestamp: should the DLQ topic be
   deleted and created again, its new records at old offsets are not mistaken for replayed ones.
 - A record replayed to a different topic (`--to-topic`, e.g. a staging copy) still counts as not
@@ -24,6 +28,7 @@ Not replayed twice by accident, the design:
 from __future__ import annotations
 
 import enum
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -39,6 +44,7 @@ class Verdict(enum.Enum):
     NOT_MATCHING = "not matching the filters"
     ALREADY_REPLAYED = "already replayed"
     MALFORMED = "malformed"
+    SAME_WAIT_ID = "another selected record has the same wait id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +55,20 @@ class ReplayRequest:
     to_topic: str | None = None
     include_replayed: bool = False
     limit: int | None = None
+    force: bool = False  # every selected DLQ record, even several of one wait id
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayItem:
-    """A DLQ record chosen for replay, where it goes, and how often the ledger said it had
-    been replayed there when it was chosen; small, so millions fit in memory."""
+    """A DLQ record chosen for replay, where it goes, and how often the ledger said it (and
+    its wait id) had been replayed there when it was chosen; small, so millions fit in memory."""
 
     coordinates: DlqCoordinates
     timestamp_ms: int
     target_topic: str
     replays_before: int = 0
+    wait_id: uuid.UUID | None = None
+    wait_replays_before: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,8 @@ class ReplayPlan:
     malformed: int
     over_limit: int
     replayed_meanwhile: int = 0
+    duplicate_wait_id: int = 0
+    once_per_wait_id: bool = True
 
     _by_coordinates: dict[DlqCoordinates, ReplayItem] = field(
         init=False, repr=False, compare=False
@@ -87,11 +98,16 @@ class ReplayPlan:
     def still_due(self, ledger: ReplayLedger) -> ReplayPlan:
         """This plan without the items replayed since it was made (by another run meanwhile,
         e.g. while the operator was asked to confirm), as the current `ledger` shows."""
-        due = tuple(item for item in self.items
-                    if ledger.replay_count(item.coordinates, item.timestamp_ms,
-                                           item.target_topic) == item.replays_before)
+        due = tuple(item for item in self.items if not self._replayed_since(item, ledger))
         return replace(self, items=due,
                        replayed_meanwhile=self.replayed_meanwhile + len(self.items) - len(due))
+
+    def _replayed_since(self, item: ReplayItem, ledger: ReplayLedger) -> bool:
+        if ledger.replay_count(item.coordinates, item.timestamp_ms,
+                               item.target_topic) != item.replays_before:
+            return True
+        return self.once_per_wait_id and ledger.wait_replay_count(
+            item.wait_id, item.target_topic) != item.wait_replays_before
 
     def offset_ranges(self) -> dict[int, tuple[int, int]]:
         """Per DLQ partition, the offsets [first, last + 1) that hold the planned records."""
@@ -110,25 +126,52 @@ class ReplayPlan:
         return item
 
 
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    sort_key: tuple[int, int, int]
+    item: ReplayItem
+
+
 class ReplayPlanner:
-    """Decides, record by record as the DLQ is scanned, what a replay request selects."""
+    """Decides, record by record as the DLQ is scanned, what a replay request selects.
+
+    Each wait id is sent once per replay unless `force`: of its selected DLQ records the oldest,
+    and none when one of its DLQ records was replayed to the same target before (the ledger's
+    entries name wait ids; for older entries the replayed DLQ record itself tells). The DLQ is
+    read partition by partition, so which record of a wait id goes is settled in `plan`.
+    """
 
     def __init__(self, request: ReplayRequest, ledger: ReplayLedger, preview_limit: int) -> None:
         self._request = request
         self._ledger = ledger
-        self._selected: OldestFirst[ReplayItem] = OldestFirst(request.limit)
+        self._once_per_wait_id = not request.force
+        self._candidates: dict[object, _Candidate] = {}
+        self._replayed_waits: set[tuple[uuid.UUID, str]] = set()
         self._preview: OldestFirst[DlqRow] = OldestFirst(min(preview_limit,
                                                              request.limit or preview_limit))
         self._counts: Counter[Verdict] = Counter()
 
     def consider(self, record: DlqRecord) -> Verdict:
+        """The record's verdict; a SELECTED one may still give way to an older record of its
+        wait id, or to its wait id's earlier replay, when the plan is made."""
         verdict, target = self._decide(record)
         self._counts[verdict] += 1
-        if target is not None:
-            before = self._ledger.replay_count(record.coordinates, record.timestamp_ms, target)
-            self._selected.offer(record, ReplayItem(record.coordinates, record.timestamp_ms,
-                                                    target, before))
-            self._preview.offer(record, DlqRow.of(record, self._ledger))
+        if target is None or record.entry is None:
+            return verdict
+        wait_id = record.entry.wait_id
+        item = ReplayItem(
+            record.coordinates, record.timestamp_ms, target,
+            self._ledger.replay_count(record.coordinates, record.timestamp_ms, target),
+            wait_id, self._ledger.wait_replay_count(wait_id, target),
+        )
+        key: object = (item.coordinates if wait_id is None or not self._once_per_wait_id
+                       else (wait_id, target))
+        kept = self._candidates.get(key)
+        if kept is not None:
+            self._counts[Verdict.SAME_WAIT_ID] += 1
+        if kept is None or record.sort_key() < kept.sort_key:
+            self._candidates[key] = _Candidate(record.sort_key(), item)
+        self._preview.offer(record, DlqRow.of(record, self._ledger))
         return verdict
 
     def _decide(self, record: DlqRecord) -> tuple[Verdict, str | None]:
@@ -139,17 +182,37 @@ class ReplayPlanner:
             return Verdict.MALFORMED, None
         target = self._request.to_topic or record.entry.source.topic
         if not self._request.include_replayed and self._ledger.was_replayed(record, target):
+            if record.entry.wait_id is not None:
+                self._replayed_waits.add((record.entry.wait_id, target))
             return Verdict.ALREADY_REPLAYED, None
         return Verdict.SELECTED, target
 
+    def _wait_id_replayed(self, item: ReplayItem) -> bool:
+        if (not self._once_per_wait_id or self._request.include_replayed
+                or item.wait_id is None):
+            return False
+        return (item.wait_replays_before > 0
+                or (item.wait_id, item.target_topic) in self._replayed_waits)
+
     def plan(self) -> ReplayPlan:
-        items = tuple(self._selected.items())
+        selected: OldestFirst[ReplayItem] = OldestFirst(self._request.limit)
+        wait_id_replayed = 0
+        for candidate in self._candidates.values():
+            if self._wait_id_replayed(candidate.item):
+                wait_id_replayed += 1
+            else:
+                selected.offer_at(candidate.sort_key, candidate.item)
+        items = tuple(selected.items())
+        chosen = {item.coordinates for item in items}
         return ReplayPlan(
             items=items,
-            # Both keep the oldest matches, the preview no more than the plan: a prefix of it.
-            preview=tuple(self._preview.items()),
+            # Both keep the oldest, the preview no more than the plan: a prefix of it, less
+            # the records that gave way to another of their wait id.
+            preview=tuple(row for row in self._preview.items() if row.coordinates in chosen),
             not_matching=self._counts[Verdict.NOT_MATCHING],
-            already_replayed=self._counts[Verdict.ALREADY_REPLAYED],
+            already_replayed=self._counts[Verdict.ALREADY_REPLAYED] + wait_id_replayed,
             malformed=self._counts[Verdict.MALFORMED],
-            over_limit=self._counts[Verdict.SELECTED] - len(items),
+            over_limit=selected.offered - len(items),
+            duplicate_wait_id=self._counts[Verdict.SAME_WAIT_ID],
+            once_per_wait_id=self._once_per_wait_id,
         )

@@ -126,7 +126,7 @@ class _ReplayWriter:
             for item, meta in zip(self._items, landed, strict=True):
                 entry = ledger_record(LedgerEntry(item.coordinates, item.timestamp_ms,
                                                   item.target_topic, meta.partition, meta.offset,
-                                                  now_ms))
+                                                  now_ms, item.wait_id))
                 ledger_sends.append(await self._producer.send(
                     self._ledger_topic, entry.value, key=entry.key))
             self._sends += ledger_sends

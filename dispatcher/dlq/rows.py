@@ -29,8 +29,11 @@ class OldestFirst(Generic[T]):
         self.offered = 0
 
     def offer(self, record: DlqRecord, item: T) -> None:
+        self.offer_at(record.sort_key(), item)
+
+    def offer_at(self, key: tuple[int, int, int], item: T) -> None:
+        """Offer `item` under a DLQ record's sort key (`DlqRecord.sort_key`)."""
         self.offered += 1
-        key = record.sort_key()
         entry = ((-key[0], -key[1], -key[2]), item)
         if self._limit is None or len(self._heap) < self._limit:
             heapq.heappush(self._heap, entry)

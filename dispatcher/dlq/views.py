@@ -85,6 +85,7 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
             "replayed": replayed.total(),
             "replayed_by_target": dict(replayed.most_common()),
             "already_replayed": plan.already_replayed,
+            "duplicate_wait_id": plan.duplicate_wait_id,
             "replayed_meanwhile": outcome.plan.replayed_meanwhile if outcome else 0,
             "not_matching": plan.not_matching,
             "malformed": plan.malformed,
@@ -112,8 +113,11 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
 def _skipped(plan: ReplayPlan) -> str:
     meanwhile = (f", {plan.replayed_meanwhile} replayed by another run meanwhile"
                  if plan.replayed_meanwhile else "")
-    return (f"{plan.already_replayed} already replayed{meanwhile}, {plan.not_matching} not "
-            f"matching, {plan.malformed} malformed, {plan.over_limit} over --limit")
+    duplicates = (f", {plan.duplicate_wait_id} of a wait id already selected"
+                  if plan.duplicate_wait_id else "")
+    return (f"{plan.already_replayed} already replayed{meanwhile}{duplicates}, "
+            f"{plan.not_matching} not matching, {plan.malformed} malformed, "
+            f"{plan.over_limit} over --limit")
 
 
 def print_plan(console: Console, topic: str, dlq_filter: DlqFilter, plan: ReplayPlan) -> None:

@@ -35,6 +35,7 @@ DAY_MS = 86_400_000
 TIMEOUT = Failure("TimeoutError", "no answer within 60 s",
                   'Traceback (most recent call last):\n  File "engine.py", line 1\nTimeoutError')
 HTTP_500 = Failure("HTTPStatusError", "500 Internal Server Error")
+EXPIRED = Failure("ExpiredRecordException", "wait expired before its tombstone")
 
 Original = tuple[bytes | None, bytes | None, Headers]
 
@@ -50,6 +51,7 @@ class Dlq:
     refunds: str
     originals: dict[str, list[Original]]  # per original topic, in DLQ order
     wait_ids: list[str]
+    sources: list[SourceRecord]  # the originals of the well-formed records, in that order
 
     def run(self, *args: str, stdin: str | None = None) -> Result:
         return CliRunner().invoke(app, [*args, "--bootstrap-servers", self.bootstrap],
@@ -149,7 +151,8 @@ def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
         by_topic[source.topic].append((source.key, source.value, source.headers))
     wait_ids = [str(wire.wait_id_for(group, s.topic, s.partition, s.offset))
                 for _, _, s, _ in sources]
-    return Dlq(kafka_bootstrap, group, dlq_topic, orders, refunds, by_topic, wait_ids)
+    return Dlq(kafka_bootstrap, group, dlq_topic, orders, refunds, by_topic, wait_ids,
+               [source for _, _, source, _ in sources])
 
 
 def test_list_shows_every_record_oldest_first(dlq: Dlq) -> None:
@@ -332,6 +335,58 @@ def test_replay_to_another_topic_and_again_deliberately(
                      "--include-replayed", "--yes")
     assert again["replayed_by_target"] == {dlq.refunds: 1}
     assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds] * 2
+
+
+def add_dlq_records(dlq: Dlq, records: list[tuple[int, SourceRecord, Failure]]) -> None:
+    """More DLQ records, each (DLQ partition, original record, failure): the same original
+    reaching the DLQ again, as a repeated sweep or a late expiry writes it."""
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=dlq.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for partition, source, failure in records:
+                record = wire.dlq_record(source, dlq.group, failure)
+                await producer.send_and_wait(dlq.topic, record.value, key=record.key,
+                                             headers=list(record.headers), partition=partition)
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+
+
+def test_replay_sends_each_wait_id_once(dlq: Dlq) -> None:
+    """A wait id in the DLQ twice (a pod's DLQ record plus a late expiry) is replayed once."""
+    http_500, refund = dlq.sources[1], dlq.sources[3]
+    add_dlq_records(dlq, [(0, refund, EXPIRED), (1, http_500, EXPIRED)])
+    replayed = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert replayed["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
+    assert replayed["duplicate_wait_id"] == 2
+    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
+    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    again = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert (again["replayed"], again["already_replayed"]) == (0, 6)
+
+
+def test_a_wait_id_replayed_before_counts_as_replayed(dlq: Dlq) -> None:
+    """A wait id replayed once, then expired into the DLQ again: not replayed a second time."""
+    first = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds, "--yes")
+    assert first["replayed_by_target"] == {dlq.refunds: 1}
+    add_dlq_records(dlq, [(0, dlq.sources[3], EXPIRED)])
+    rest = dlq.json("replay", "--group", dlq.group, "--yes")
+    assert rest["replayed_by_target"] == {dlq.orders: 3}
+    assert rest["already_replayed"] == 2
+    assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds]
+
+
+def test_force_replays_every_dlq_record_of_a_wait_id_once(dlq: Dlq) -> None:
+    """`--force` sends each selected DLQ record, duplicates of a wait id too; each DLQ record
+    is still replayed once."""
+    add_dlq_records(dlq, [(0, dlq.sources[3], EXPIRED)])
+    forced = dlq.json("replay", "--group", dlq.group, "--force", "--yes")
+    assert forced["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 2}
+    assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds] * 2
+    assert dlq.json("replay", "--group", dlq.group, "--force", "--yes")["replayed"] == 0
 
 
 def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
