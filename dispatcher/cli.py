@@ -15,12 +15,16 @@ from typer.core import TyperGroup
 
 # name -> (module:attribute of a typer.Typer, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "dispatch": ("dispatcher.pod.cli:app", "Run the dispatcher pod (long-running)."),
-    "dlq": ("dispatcher.dlq.cli:app", "Inspect and replay DLQ records."),
-    "registry": ("connectors.cli:app", "Inspect the wait registry in PostgreSQL."),
-    "reconcile": ("spark_jobs.cli:app", "Run the Spark reconciliation job."),
-    "dev": ("dispatcher.devstack.cli:app", "Local stack: Kafka, PostgreSQL (up/down/status)."),
-    "loadtest": ("loadtest.cli:app", "Mock counterparty, generator and benchmarks."),
+    "dispatch": ("dispatcher.pod.cli:app",
+                 "Run the dispatcher pod: Kafka records to the counterparty, at least once."),
+    "dlq": ("dispatcher.dlq.cli:app",
+            "Inspect and replay the records a dispatcher sent to its DLQ."),
+    "registry": ("connectors.cli:app", "Inspect the open and expired waits in PostgreSQL."),
+    "reconcile": ("spark_jobs.cli:app",
+                  "Mirror the wait topic into PostgreSQL and expire old waits to the DLQ (Spark)."),
+    "dev": ("dispatcher.devstack.cli:app",
+            "Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker."),
+    "loadtest": ("loadtest.cli:app", "Mock counterparty, load generator and benchmarks."),
 }
 
 
@@ -41,6 +45,8 @@ class LazyGroup(TyperGroup):
             return typer.main.get_command(_unavailable(cmd_name, help_text, str(exc.name)))
         command = typer.main.get_command(getattr(module, attr))
         command.name = cmd_name
+        # The root's one-liner is the sub-command's summary in `waitline --help`.
+        command.short_help = help_text
         command.help = command.help or help_text
         return command
 
@@ -64,6 +70,8 @@ app = typer.Typer(
     add_completion=False,
     cls=LazyGroup,
     help="Waitline: dispatch Kafka records to a slow counterparty, at least once.",
+    epilog="Example: waitline dev up && waitline dispatch --input-topic orders --group payments "
+           "--counterparty-url http://127.0.0.1:8080/",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     pretty_exceptions_enable=False,

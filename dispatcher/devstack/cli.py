@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Annotated
 
@@ -13,9 +12,11 @@ from rich.table import Table
 from dispatcher.devstack.stack import LocalStack
 from dispatcher.endpoints import state_dir
 from dispatcher.errors import WaitlineError
+from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 
-app = typer.Typer(help="Local stack: a real Kafka (KRaft) and PostgreSQL on loopback.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker.",
+                  epilog="Example: waitline dev up && waitline dev status",
+                  no_args_is_help=True, add_completion=False)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -24,7 +25,7 @@ def _stack() -> LocalStack:
     return LocalStack(state_dir())
 
 
-@app.command()
+@app.command(epilog="Example: waitline dev up")
 def up() -> None:
     """Start Kafka and PostgreSQL (idempotent) and wait until both answer."""
     stack = _stack()
@@ -34,34 +35,32 @@ def up() -> None:
     except WaitlineError as exc:
         err_console.print(f"[red]dev up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
-    if started:
-        console.print(f"started: {', '.join(started)}")
-    else:
-        console.print("already running")
     conn = stack.connection()
-    console.print(f"Kafka bootstrap servers: {conn.bootstrap_servers}")
-    console.print(f"PostgreSQL DSN:          {conn.pg_dsn}")
-    console.print(f"connection file:         {stack.connection_path}")
+    for name, endpoint in (("postgres", conn.pg_dsn), ("kafka", conn.bootstrap_servers)):
+        state = "started" if name in started else "already running"
+        console.print(f"{name:<9} {state:<16} {endpoint}", highlight=False, soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog="Example: waitline dev down")
 def down() -> None:
     """Stop everything `dev up` started."""
     stopped = _stack().down()
     console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 
-@app.command()
+@app.command(epilog="Example: waitline dev status --output json")
 def status(
-    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    output: OutputOption = OutputFormat.TABLE,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
 ) -> None:
-    """Each service, its port and health. Exit code 1 when a service is not healthy."""
+    """Show each service, its port and health (exit code 1: one is not healthy)."""
     stack = _stack()
     services = stack.status()
     conn = stack.connection()
-    if as_json:
-        print(json.dumps({"bootstrap_servers": conn.bootstrap_servers, "pg_dsn": conn.pg_dsn,
-                          "services": [asdict(s) for s in services]}, indent=2))
+    if as_json or output is OutputFormat.JSON:
+        echo_json_lines([{"bootstrap_servers": conn.bootstrap_servers, "pg_dsn": conn.pg_dsn,
+                          "connection_file": str(stack.connection_path),
+                          "services": [asdict(s) for s in services]}])
     else:
         table = Table("service", "state", "port", "pid", "endpoint", "log")
         for s in services:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
@@ -158,20 +160,34 @@ class KafkaService:
                              self.port, pid, self.bootstrap_servers, str(self.log_path))
 
 
+@contextlib.contextmanager
+def _aiokafka_silenced() -> Iterator[None]:
+    """aiokafka logs each refused connection at ERROR ("Unable connect to ..."); while a probe
+    waits for a starting broker those are expected, not news."""
+    aiokafka_logger = logging.getLogger("aiokafka")
+    level = aiokafka_logger.level
+    aiokafka_logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        aiokafka_logger.setLevel(level)
+
+
 async def _kafka_answers(bootstrap_servers: str, timeout_s: float) -> bool:
     """True when the broker serves metadata and can create a topic-less producer session."""
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers,
-                                request_timeout_ms=int(timeout_s * 1000))
-    try:
-        async with asyncio.timeout(timeout_s):
-            await admin.start()
-            await admin.list_topics()
-    except Exception:  # noqa: BLE001 - any failure means "not answering yet"
-        return False
-    else:
-        return True
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
+    with _aiokafka_silenced():
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers,
+                                    request_timeout_ms=int(timeout_s * 1000))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await admin.start()
+                await admin.list_topics()
+        except Exception:  # noqa: BLE001 - any failure means "not answering yet"
+            return False
+        else:
+            return True
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()

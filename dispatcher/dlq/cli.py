@@ -47,10 +47,12 @@ from dispatcher.dlq.views import (
 )
 from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
+from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 from dispatcher.pod.settings import KafkaClientSettings
 
-app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,
-                  add_completion=False)
+app = typer.Typer(help="Inspect and replay the records a dispatcher sent to its DLQ.",
+                  epilog="Example: waitline dlq stats --group payments",
+                  no_args_is_help=True, add_completion=False)
 
 PREVIEW_ROWS = 50
 T = TypeVar("T")
@@ -83,7 +85,8 @@ SinceOption = Annotated[
     typer.Option("--since", help="Only records written to the DLQ in the last DURATION, "
                                  "e.g. 2h."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of "
+                                                          "tables.")]
 
 
 def _console() -> Console:
@@ -143,7 +146,7 @@ def _inputs(group: str | None, dlq_topic: str | None, *filter_flags: Any) -> tup
         raise typer.Exit(2) from exc
 
 
-@app.command("list")
+@app.command("list", epilog="Example: waitline dlq list --group payments --since 2h")
 def list_records(
     *,
     group: GroupOption = None,
@@ -154,10 +157,13 @@ def list_records(
     since: SinceOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records, "
                                                               "the oldest first.")] = 50,
+    wide: Annotated[bool, typer.Option("--wide", help="All columns (key, value, replayed to), "
+                                                      "not cut to the terminal.")] = False,
     bootstrap_servers: BootstrapOption = None,
+    output: OutputOption = OutputFormat.TABLE,
     as_json: JsonOption = False,
 ) -> None:
-    """DLQ records, oldest first: failure, original coordinates, key and value previews."""
+    """List DLQ records, oldest first, with failure and origin."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
 
     async def collect(session: KafkaSession) -> tuple[OldestFirst[DlqRow], int]:
@@ -174,17 +180,21 @@ def list_records(
 
     rows, scanned = _run(collect, bootstrap_servers)
     shown = rows.items()
+    if output is OutputFormat.JSON:
+        echo_json_lines(row.to_json() for row in shown)
+        return
     if as_json:
         typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
                                "scanned": scanned, "matching": rows.offered,
                                "records": [row.to_json() for row in shown]}, indent=2))
         return
-    console = _console()
+    console = Console(highlight=False, width=max(_console().width, 200)) if wide else _console()
     if not shown:
         console.print(f"no DLQ records in {escape(topic)} match {escape(dlq_filter.describe())}"
                       f" ({scanned} scanned)")
         return
-    console.print(rows_table(shown, title=f"{topic}: {dlq_filter.describe()}"))
+    console.print(rows_table(shown, title=f"{topic}: {dlq_filter.describe()}",
+                             width=console.width, wide=wide))
     if rows.offered > len(shown):
         console.print(f"showing the {len(shown)} oldest of {rows.offered} matching records "
                       f"({scanned} scanned); narrow the filters or raise --limit")
@@ -192,7 +202,7 @@ def list_records(
         console.print(f"{rows.offered} matching records ({scanned} scanned)")
 
 
-@app.command()
+@app.command(epilog="Example: waitline dlq show --group payments --partition 0 --offset 42")
 def show(
     *,
     group: GroupOption = None,
@@ -207,7 +217,7 @@ def show(
     bootstrap_servers: BootstrapOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """One DLQ record in full: failure, stack trace, original coordinates, key, headers, value."""
+    """Show one DLQ record in full, value and stack trace included."""
     topic, wait_filter = _inputs(group, dlq_topic, None, None, [wait_id] if wait_id else None,
                                  None)
     by_position = partition is not None and offset is not None
@@ -236,7 +246,7 @@ def show(
         print_detail(console, topic, record, ledger.replays_of(record), value_bytes)
 
 
-@app.command()
+@app.command(epilog="Example: waitline dlq stats --group payments --output json")
 def stats(
     *,
     group: GroupOption = None,
@@ -245,9 +255,10 @@ def stats(
     original_topic: OriginalTopicOption = None,
     since: SinceOption = None,
     bootstrap_servers: BootstrapOption = None,
+    output: OutputOption = OutputFormat.TABLE,
     as_json: JsonOption = False,
 ) -> None:
-    """Counts by exception and by original topic, replayed or not, oldest and newest."""
+    """Count DLQ records by exception and original topic."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, None, since)
 
     async def count(session: KafkaSession) -> DlqStats:
@@ -261,6 +272,10 @@ def stats(
         return totals
 
     totals = _run(count, bootstrap_servers)
+    if output is OutputFormat.JSON:
+        echo_json_lines([{"dlq_topic": topic, "filter": dlq_filter.describe(),
+                          **totals.to_json()}])
+        return
     if as_json:
         typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
                                **totals.to_json()}, indent=2))
@@ -284,7 +299,8 @@ def stats(
             console.print(table)
 
 
-@app.command("replay")
+@app.command("replay", epilog="Example: waitline dlq replay --group payments "
+                                      "--exception TimeoutError --dry-run")
 def replay_records(
     *,
     group: GroupOption = None,
@@ -309,7 +325,7 @@ def replay_records(
     bootstrap_servers: BootstrapOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write DLQ records' originals (key, value, headers) back to their topic, each once."""
+    """Write DLQ records back to their topic, each wait id once."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
                             include_replayed=include_replayed, limit=limit, force=force)

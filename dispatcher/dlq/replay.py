@@ -31,7 +31,7 @@ from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
 from dispatcher.dlq.ledger import LedgerEntry, ledger_record
 from dispatcher.dlq.plan import ReplayItem, ReplayPlan
@@ -159,7 +159,13 @@ class _ReplayWriter:
         done = self.replayed.total()
         try:
             yield
-        except ProducerFenced as exc:
+        except (ProducerFenced, IllegalOperation) as exc:
+            # Fenced between two sends, aiokafka refuses the next one as "not in transaction"
+            # (IllegalOperation, not a KafkaError) instead of raising ProducerFenced.
+            fenced = self._producer._txn_manager.is_fatal_error()
+            if isinstance(exc, IllegalOperation) and not fenced:
+                raise ProduceError(f"replay failed after {done} replayed records (all in the "
+                                   f"ledger): {exc!r}; run the same replay again") from exc
             raise ProduceError(
                 f"another `waitline dlq replay` of the same DLQ took over after {done} "
                 "replayed records (all in the ledger); this run stopped, its open batch aborted"

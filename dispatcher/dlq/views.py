@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -122,7 +123,8 @@ def _skipped(plan: ReplayPlan) -> str:
 
 def print_plan(console: Console, topic: str, dlq_filter: DlqFilter, plan: ReplayPlan) -> None:
     if plan.preview:
-        console.print(rows_table(plan.preview, title=f"to replay from {topic}"))
+        console.print(rows_table(plan.preview, title=f"to replay from {topic}",
+                                 width=console.width))
     if len(plan.items) > len(plan.preview):
         console.print(f"(the {len(plan.preview)} oldest shown)")
     targets = ", ".join(f"{escape(name)} {n}" for name, n in plan.by_target().most_common())
@@ -130,26 +132,57 @@ def print_plan(console: Console, topic: str, dlq_filter: DlqFilter, plan: Replay
                   f"{': ' + targets if targets else ''}; skipped: {_skipped(plan)}")
 
 
-def rows_table(rows: list[DlqRow] | tuple[DlqRow, ...], title: str) -> Table:
-    table = Table(title=escape(title))
-    for heading in ("dlq p/o", "time (UTC)", "exception", "original t/p/o", "key", "message",
-                    "value", "replayed to"):
-        table.add_column(heading, overflow="fold")
-    table.columns[0].no_wrap = True  # operators copy positions into `show`
+# Headings of `list`; the first ones by default, all with --wide. Cells never wrap: a cell
+# too long for its column ends in "…" (operators copy positions, not whole messages).
+NARROW_COLUMNS = ("dlq p/o", "time (UTC)", "exception", "original t/p/o", "message")
+WIDE_COLUMNS = (*NARROW_COLUMNS, "key", "value", "replayed to")
+
+
+def rows_table(rows: list[DlqRow] | tuple[DlqRow, ...], title: str, *, width: int,
+               wide: bool = False) -> Table:
+    """DLQ rows as a table, one line per record; all but `wide` tables fit in `width`."""
+    headings = WIDE_COLUMNS if wide else NARROW_COLUMNS
+    table = Table(title=escape(title), box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for heading in headings:
+        table.add_column(heading, no_wrap=True, overflow="ellipsis")
+    widths = _column_widths(rows, width)
     for row in rows:
         original = (f"{row.original_topic}/{row.original_partition}/{row.original_offset}"
                     if row.original_topic is not None else "-")
-        table.add_row(
+        cells = [
             str(row.coordinates),
             format_time_ms(row.timestamp_ms)[:19].replace("T", " "),
-            escape(row.exception) if row.exception else "[red]malformed[/red]",
-            escape(original),
-            escape(preview_bytes(row.key, 24)),
-            escape(preview_bytes(row.message.encode(), 60)),
-            escape(row.value_preview),
-            escape(", ".join(row.replayed_to)) or "-",
-        )
+            row.exception or "malformed",
+            original,
+            preview_bytes(row.message.encode(), 60),
+            preview_bytes(row.key, 24),
+            row.value_preview,
+            ", ".join(row.replayed_to) or "-",
+        ]
+        if not wide:
+            cells = [_clip(cell, limit) for cell, limit in zip(cells, widths, strict=False)]
+        shown = [escape(cell) for cell in cells]
+        if row.exception is None:
+            shown[2] = f"[red]{shown[2]}[/red]"
+        table.add_row(*shown[:len(headings)])
     return table
+
+
+def _column_widths(rows: list[DlqRow] | tuple[DlqRow, ...], width: int) -> list[int]:
+    """Widths of the narrow columns within `width`: positions (copied into `show`), times and
+    exception names stay whole (up to 24); original coordinates and message share the rest.
+    Cells are cut here because Rich's own shrinking ignores minimum widths."""
+    positions = max([len(str(row.coordinates)) for row in rows] + [len(NARROW_COLUMNS[0])])
+    exceptions = min(24, max([len(row.exception or "malformed") for row in rows]
+                             + [len(NARROW_COLUMNS[2])]))
+    # Between two columns: padding on both sides and a (blank) rule.
+    left = width - positions - 19 - exceptions - 3 * (len(NARROW_COLUMNS) - 1)
+    original = max(len(NARROW_COLUMNS[3]), left * 2 // 5)
+    return [positions, 19, exceptions, original, max(len(NARROW_COLUMNS[4]), left - original)]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 def detail_json(topic: str, record: DlqRecord, replays: list[LedgerEntry]) -> dict[str, Any]:

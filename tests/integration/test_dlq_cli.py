@@ -9,154 +9,32 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from typer.testing import CliRunner, Result
+from dlq_helpers import (
+    EXPIRED,
+    TIMEOUT,
+    Dlq,
+    add_dlq_records,
+    originals,
+    topic_exists,
+)
+from typer.testing import CliRunner
 
-from dispatcher import wire
 from dispatcher.dlq.cli import app
 from dispatcher.dlq.plan import ReplayRequest
 from dispatcher.dlq.replay import ReplayOutcome, execute_replay
 from dispatcher.dlq.session import KafkaSession, QuietObserver
 from dispatcher.errors import ProduceError
 from dispatcher.pod.settings import KafkaConfig
-from dispatcher.wire import Failure, Headers, SourceRecord
 
 pytestmark = pytest.mark.integration
 
-DAY_MS = 86_400_000
-TIMEOUT = Failure("TimeoutError", "no answer within 60 s",
-                  'Traceback (most recent call last):\n  File "engine.py", line 1\nTimeoutError')
-HTTP_500 = Failure("HTTPStatusError", "500 Internal Server Error")
-EXPIRED = Failure("ExpiredRecordException", "wait expired before its tombstone")
-
-Original = tuple[bytes | None, bytes | None, Headers]
-
-
-@dataclass(frozen=True)
-class Dlq:
-    """A DLQ filled with records of two original topics, and a way to run `waitline dlq`."""
-
-    bootstrap: str
-    group: str
-    topic: str
-    orders: str
-    refunds: str
-    originals: dict[str, list[Original]]  # per original topic, in DLQ order
-    wait_ids: list[str]
-    sources: list[SourceRecord]  # the originals of the well-formed records, in that order
-
-    def run(self, *args: str, stdin: str | None = None) -> Result:
-        return CliRunner().invoke(app, [*args, "--bootstrap-servers", self.bootstrap],
-                                  input=stdin, env={"COLUMNS": "300"})
-
-    def json(self, *args: str) -> Any:
-        result = self.run(*args, "--json")
-        assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
-
-    def written(self, topic: str) -> list[Original]:
-        return asyncio.run(read_all(self.bootstrap, topic))
-
-
-async def read_all(bootstrap: str, topic: str) -> list[Original]:
-    """Every committed record of `topic`, as (key, value, headers)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        (described,) = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        records: list[Original] = []
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                records += [(r.key, r.value, tuple(r.headers)) for r in batch]
-        return records
-    finally:
-        await consumer.stop()
-
-
-async def topic_exists(bootstrap: str, topic: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        return topic in await admin.list_topics()
-    finally:
-        await admin.close()
-
-
-def originals(records: list[Original]) -> Counter[Original]:
-    return Counter(records)
-
-
-@pytest.fixture
-def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
-    """DLQ `<group>.dlq`: partition 0 holds three `orders` failures (the first written two days
-    ago), partition 1 one `refunds` failure and one malformed record."""
-    group = unique_name("dlqtool")
-    orders, refunds, dlq_topic = unique_name("orders"), unique_name("refunds"), f"{group}.dlq"
-    now_ms = int(time.time() * 1000)
-    sources = [
-        (0, now_ms - 2 * DAY_MS, SourceRecord(
-            orders, 2, 10, b"\x00\xffkey", b'{"order": 1}',
-            (("trace", b"\xff\xfe"), ("trace", b"second"), ("Exception", b"theirs")), now_ms),
-         TIMEOUT),
-        (0, now_ms, SourceRecord(orders, 0, 11, None, b"null key body", (), now_ms), HTTP_500),
-        (0, now_ms, SourceRecord(orders, 1, 12, b"k3", b"", (("nullable", None),), now_ms),
-         TIMEOUT),
-        (1, now_ms, SourceRecord(refunds, 0, 5, b"r1", b"refund body \xff", (), now_ms),
-         TIMEOUT),
-    ]
-
-    async def fill() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(orders, 3, 1), NewTopic(refunds, 1, 1),
-                                       NewTopic(dlq_topic, 2, 1)])
-        finally:
-            await admin.close()
-        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
-                                    enable_idempotence=True)
-        await producer.start()
-        try:
-            for partition, timestamp_ms, source, failure in sources:
-                record = wire.dlq_record(source, group, failure)
-                await producer.send_and_wait(dlq_topic, record.value, key=record.key,
-                                             headers=list(record.headers), partition=partition,
-                                             timestamp_ms=timestamp_ms)
-            await producer.send_and_wait(dlq_topic, b"junk", key=b"k",
-                                         headers=[("Exception", b"X")], partition=1)
-        finally:
-            await producer.stop()
-
-    asyncio.run(fill())
-    by_topic: dict[str, list[Original]] = {orders: [], refunds: []}
-    for _, _, source, _ in sources:
-        by_topic[source.topic].append((source.key, source.value, source.headers))
-    wait_ids = [str(wire.wait_id_for(group, s.topic, s.partition, s.offset))
-                for _, _, s, _ in sources]
-    return Dlq(kafka_bootstrap, group, dlq_topic, orders, refunds, by_topic, wait_ids,
-               [source for _, _, source, _ in sources])
-
 
 def test_list_shows_every_record_oldest_first(dlq: Dlq) -> None:
-    result = dlq.run("list", "--group", dlq.group)
+    result = dlq.run("list", "--group", dlq.group, "--wide")
     assert result.exit_code == 0, result.output
     for text in ("0/0", "0/1", "0/2", "1/0", "1/1", "TimeoutError", "HTTPStatusError",
                  "malformed", f"{dlq.refunds}/0/5", "0x00ff6b6579", "(null)", "(empty)",
@@ -335,24 +213,6 @@ def test_replay_to_another_topic_and_again_deliberately(
                      "--include-replayed", "--yes")
     assert again["replayed_by_target"] == {dlq.refunds: 1}
     assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds] * 2
-
-
-def add_dlq_records(dlq: Dlq, records: list[tuple[int, SourceRecord, Failure]]) -> None:
-    """More DLQ records, each (DLQ partition, original record, failure): the same original
-    reaching the DLQ again, as a repeated sweep or a late expiry writes it."""
-
-    async def produce() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=dlq.bootstrap, acks="all")
-        await producer.start()
-        try:
-            for partition, source, failure in records:
-                record = wire.dlq_record(source, dlq.group, failure)
-                await producer.send_and_wait(dlq.topic, record.value, key=record.key,
-                                             headers=list(record.headers), partition=partition)
-        finally:
-            await producer.stop()
-
-    asyncio.run(produce())
 
 
 def test_replay_sends_each_wait_id_once(dlq: Dlq) -> None:

@@ -1,0 +1,3 @@
+"""Fixtures shared by several integration test modules (the services are in tests/conftest.py)."""
+
+from dlq_helpers import dlq  # noqa: F401 - the `dlq` fixture, for the `waitline dlq` tests
