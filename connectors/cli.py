@@ -27,10 +27,16 @@ from connectors.registry import (
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import RegistryError, WaitlineError
+from dispatcher.logs import configure_logging
 from dispatcher.previews import preview_bytes
 from dispatcher.wire import encode_original_key, format_expiration
 
 app = typer.Typer(help="Inspect the wait registry in PostgreSQL.", no_args_is_help=True)
+
+
+@app.callback()
+def _logging() -> None:
+    configure_logging()  # one log set-up for the pod, the connectors and the Spark job
 
 
 def _console() -> Console:

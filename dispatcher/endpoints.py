@@ -14,19 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.errors import ConfigError
+from dispatcher.paths import STATE_DIR_ENV, state_dir
 
-STATE_DIR_ENV = "WAITLINE_STATE_DIR"
+# state_dir and STATE_DIR_ENV live in dispatcher.paths; re-exported for existing callers.
+__all__ = ["BOOTSTRAP_ENV", "DSN_ENV", "STATE_DIR_ENV", "EndpointNotConfiguredError",
+           "StackConnection", "connection_file", "resolve_bootstrap_servers", "resolve_pg_dsn",
+           "state_dir"]
+
 BOOTSTRAP_ENV = "WAITLINE_BOOTSTRAP_SERVERS"
 DSN_ENV = "WAITLINE_PG_DSN"
 
 
 class EndpointNotConfiguredError(ConfigError):
     """Neither a flag, the environment nor a running local stack names the endpoint."""
-
-
-def state_dir() -> Path:
-    """The local stack's state folder (data, logs, connection file)."""
-    return Path(os.environ.get(STATE_DIR_ENV, ".waitline")).resolve()
 
 
 def connection_file() -> Path:

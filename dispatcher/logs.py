@@ -1,4 +1,5 @@
-"""Structured logs for the pod: console lines for people, JSON lines for log pipelines.
+"""Structured logs for the pod, the connectors and the Spark job: console lines for people,
+JSON lines for log pipelines; every command that logs calls `configure_logging` once.
 
 Standard-library `logging` calls (ours and aiokafka's) are rendered by structlog, so every line
 has the same shape. Secrets never reach the logs: settings hold them as `SecretStr`.
@@ -44,7 +45,22 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def configure_logging(fmt: LogFormat, level: str = "INFO") -> None:
+HANDLER_NAME = "waitline"
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the current `sys.stderr`, which a test runner may have swapped since."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _stream: object) -> None:
+        pass
+
+
+def configure_logging(fmt: LogFormat = LogFormat.CONSOLE, level: str = "INFO") -> None:
     shared: list[structlog.typing.Processor] = [
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
@@ -59,7 +75,8 @@ def configure_logging(fmt: LogFormat, level: str = "INFO") -> None:
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
+    handler.set_name(HANDLER_NAME)
     handler.setFormatter(formatter)
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()

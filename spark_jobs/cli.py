@@ -15,6 +15,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from dispatcher.errors import ConfigError, WaitlineError
+from dispatcher.logs import configure_logging
 
 CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
 FAILURE_EXIT_CODE = 1
@@ -92,6 +93,7 @@ def reconcile(
     ] = None,
 ) -> None:
     """Mirror the wait topic into PostgreSQL and send expired waits to the DLQ."""
+    configure_logging()  # one log set-up for the pod, the connectors and the Spark job
     # PySpark loads here, not at import: `waitline` must run where it is not installed.
     from spark_jobs.reconcile import ReconcileConfig, ReconcileJob  # noqa: PLC0415
     from spark_jobs.session import (  # noqa: PLC0415

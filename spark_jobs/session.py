@@ -17,6 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from dispatcher.errors import ConfigError
+from dispatcher.paths import spark_jars_dir
 
 CACHE_ENV = "WAITLINE_CACHE_DIR"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
 
 def default_jars_dir() -> Path:
     """`$WAITLINE_CACHE_DIR/spark-jars`, the folder `make setup` fills."""
-    return Path(os.environ.get(CACHE_ENV, REPO_ROOT / ".cache")).resolve() / "spark-jars"
+    return spark_jars_dir()
 
 
 class SparkJarsMissingError(ConfigError):

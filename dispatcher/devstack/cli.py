@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from dispatcher.devstack.stack import LocalStack
-from dispatcher.endpoints import state_dir
 from dispatcher.errors import WaitlineError
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
+from dispatcher.paths import state_dir
 
 app = typer.Typer(help="Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker.",
                   epilog="Example: waitline dev up && waitline dev status",

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import os
 import shutil
 import subprocess
 import time
@@ -17,14 +16,9 @@ from pathlib import Path
 
 from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
 from dispatcher.errors import StackError
+from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, kafka_libs_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KAFKA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "kafka"
-CACHE_ENV = "WAITLINE_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV, REPO_ROOT / ".cache")).resolve()
 
 
 class KafkaService:
@@ -38,7 +32,7 @@ class KafkaService:
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
-        self.libs_dir = libs_dir or cache_dir() / "kafka-libs"
+        self.libs_dir = libs_dir or kafka_libs_dir()
         self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
 
     @property
@@ -61,7 +55,7 @@ class KafkaService:
         if not any(self.libs_dir.glob("kafka_2.13-*.jar")):
             raise StackError(
                 f"Kafka jars not found in {self.libs_dir}: run `make setup` "
-                f"(or set {CACHE_ENV} to the folder that holds kafka-libs/)"
+                f"(or set {CACHE_DIR_ENV} to the folder that holds kafka-libs/)"
             )
         java = shutil.which("java")
         if java is None:
