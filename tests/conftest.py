@@ -2,12 +2,14 @@
 
 Both are started through `dispatcher.devstack.stack` (the code behind `waitline dev up`) in a
 temporary folder on free ports, so tests never collide with a running dev stack, and are
-stopped at the end. Tests isolate themselves by unique topic, group and wait-topic names
-(`unique_name`).
+stopped at the end. With `WAITLINE_STACK=testcontainers` (and a Docker engine) `kafka_bootstrap`
+and `pg_dsn` come from containers instead (`dispatcher.devstack.containers`). Tests isolate
+themselves by unique topic, group and wait-topic names (`unique_name`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -17,8 +19,30 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.devstack.containers import (
+    STACK_ENV,
+    TESTCONTAINERS,
+    container_stack,
+    docker_unavailable_reason,
+)
 from dispatcher.devstack.stack import LocalStack, StackPorts, free_ports
+from dispatcher.endpoints import StackConnection
 from dispatcher.errors import StackError
+from dispatcher.logs import HANDLER_NAME
+
+
+@pytest.fixture(autouse=True)
+def _undo_command_logging() -> Iterator[None]:
+    """A command run in-process (typer's CliRunner) sets up logging for the whole process
+    (`dispatcher.logs`); undo it after the test, so the next test sees what it would alone."""
+    aiokafka_level = logging.getLogger("aiokafka").level
+    root_level = logging.getLogger().level
+    yield
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
+        root.removeHandler(handler)
+    root.setLevel(root_level)
+    logging.getLogger("aiokafka").setLevel(aiokafka_level)
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +67,27 @@ def local_stack() -> Iterator[LocalStack]:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(local_stack: LocalStack) -> str:
-    return local_stack.kafka.bootstrap_servers
+def services(request: pytest.FixtureRequest) -> Iterator[StackConnection]:
+    """Where Kafka and PostgreSQL are: the local stack, or with WAITLINE_STACK=testcontainers
+    throwaway containers (skipped, with the reason, where there is no Docker engine)."""
+    if os.environ.get(STACK_ENV) != TESTCONTAINERS:
+        yield request.getfixturevalue("local_stack").connection()
+        return
+    reason = docker_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with container_stack() as connection:
+        yield connection
 
 
 @pytest.fixture(scope="session")
-def pg_dsn(local_stack: LocalStack) -> str:
-    return local_stack.postgres.dsn
+def kafka_bootstrap(services: StackConnection) -> str:
+    return services.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(services: StackConnection) -> str:
+    return services.pg_dsn
 
 
 @pytest.fixture
