@@ -54,6 +54,11 @@ class Dlq:
     def written(self, topic: str) -> list[Original]:
         return asyncio.run(read_all(self.bootstrap, topic))
 
+    def each_original_written_once(self) -> bool:
+        """Whether the original topics hold each DLQ record's original exactly once."""
+        return all(originals(self.written(topic)) == originals(self.originals[topic])
+                   for topic in (self.orders, self.refunds))
+
 
 async def read_all(bootstrap: str, topic: str) -> list[Original]:
     """Every committed record of `topic`, as (key, value, headers)."""
@@ -120,19 +125,7 @@ def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
                                        NewTopic(dlq_topic, 2, 1)])
         finally:
             await admin.close()
-        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
-                                    enable_idempotence=True)
-        await producer.start()
-        try:
-            for partition, timestamp_ms, source, failure in sources:
-                record = wire.dlq_record(source, group, failure)
-                await producer.send_and_wait(dlq_topic, record.value, key=record.key,
-                                             headers=list(record.headers), partition=partition,
-                                             timestamp_ms=timestamp_ms)
-            await producer.send_and_wait(dlq_topic, b"junk", key=b"k",
-                                         headers=[("Exception", b"X")], partition=1)
-        finally:
-            await producer.stop()
+        await produce_dlq_records(kafka_bootstrap, group, sources, junk_partition=1)
 
     asyncio.run(fill())
     by_topic: dict[str, list[Original]] = {orders: [], refunds: []}
@@ -144,21 +137,30 @@ def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
                [source for _, _, source, _ in sources])
 
 
+async def produce_dlq_records(
+    bootstrap: str, group: str, records: list[tuple[int, int | None, SourceRecord, Failure]],
+    junk_partition: int | None = None,
+) -> None:
+    """DLQ records of `group`, each (DLQ partition, timestamp or None for now, original,
+    failure); then a malformed record at `junk_partition`, if given."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for partition, timestamp_ms, source, failure in records:
+            record = wire.dlq_record(source, group, failure)
+            await producer.send_and_wait(f"{group}.dlq", record.value, key=record.key,
+                                         headers=list(record.headers), partition=partition,
+                                         timestamp_ms=timestamp_ms)
+        if junk_partition is not None:
+            await producer.send_and_wait(f"{group}.dlq", b"junk", key=b"k",
+                                         headers=[("Exception", b"X")], partition=junk_partition)
+    finally:
+        await producer.stop()
+
+
 def add_dlq_records(dlq: Dlq, records: list[tuple[int, SourceRecord, Failure]]) -> None:
     """More DLQ records, each (DLQ partition, original record, failure): the same original
     reaching the DLQ again, as a repeated sweep or a late expiry writes it."""
-
-    async def produce() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=dlq.bootstrap, acks="all")
-        await producer.start()
-        try:
-            for partition, source, failure in records:
-                record = wire.dlq_record(source, dlq.group, failure)
-                await producer.send_and_wait(dlq.topic, record.value, key=record.key,
-                                             headers=list(record.headers), partition=partition)
-        finally:
-            await producer.stop()
-
-    asyncio.run(produce())
-
-
+    asyncio.run(produce_dlq_records(dlq.bootstrap, dlq.group,
+                                    [(partition, None, source, failure)
+                                     for partition, source, failure in records]))

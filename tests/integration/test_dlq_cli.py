@@ -18,7 +18,6 @@ from dlq_helpers import (
     TIMEOUT,
     Dlq,
     add_dlq_records,
-    originals,
     topic_exists,
 )
 from typer.testing import CliRunner
@@ -148,8 +147,7 @@ def test_replay_writes_the_exact_originals_once(dlq: Dlq) -> None:
     first = dlq.json("replay", "--group", dlq.group, "--yes")
     assert first["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
     assert first["malformed"] == 1
-    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
-    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.each_original_written_once()
 
     second = dlq.json("replay", "--group", dlq.group, "--yes")
     assert (second["replayed"], second["already_replayed"]) == (0, 4)
@@ -168,8 +166,7 @@ def test_filtered_replay_leaves_the_rest_for_a_later_replay(dlq: Dlq) -> None:
     rest = dlq.json("replay", "--group", dlq.group, "--yes")
     assert rest["replayed_by_target"] == {dlq.orders: 2, dlq.refunds: 1}
     assert rest["already_replayed"] == 1
-    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
-    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.each_original_written_once()
     assert dlq.json("replay", "--group", dlq.group, "--yes")["replayed"] == 0
 
 
@@ -222,8 +219,7 @@ def test_replay_sends_each_wait_id_once(dlq: Dlq) -> None:
     replayed = dlq.json("replay", "--group", dlq.group, "--yes")
     assert replayed["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
     assert replayed["duplicate_wait_id"] == 2
-    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
-    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.each_original_written_once()
     again = dlq.json("replay", "--group", dlq.group, "--yes")
     assert (again["replayed"], again["already_replayed"]) == (0, 6)
 
@@ -282,8 +278,7 @@ def test_records_replayed_while_the_operator_confirms_are_not_replayed_again(dlq
     assert other.replayed.total() == 4
     assert late.replayed.total() == 0
     assert late.plan.replayed_meanwhile == 4
-    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
-    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.each_original_written_once()
 
 
 class ReplayElsewhereWhenWriting:
@@ -325,8 +320,7 @@ def test_a_replay_started_meanwhile_fences_the_running_one(dlq: Dlq) -> None:
     gc.collect()
     assert elsewhere.other is not None
     assert elsewhere.other.replayed.total() == 4
-    assert originals(dlq.written(dlq.orders)) == originals(dlq.originals[dlq.orders])
-    assert originals(dlq.written(dlq.refunds)) == originals(dlq.originals[dlq.refunds])
+    assert dlq.each_original_written_once()
 
 
 def test_unreachable_kafka_is_one_line_and_exit_1(dlq: Dlq) -> None:
