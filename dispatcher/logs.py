@@ -82,5 +82,7 @@ def configure_logging(fmt: LogFormat = LogFormat.CONSOLE, level: str = "INFO") -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # aiokafka logs every reconnect attempt at ERROR; keep its noise at WARNING and above.
-    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, root.level))
+    # aiokafka logs every reconnect attempt at ERROR, py4j (the Spark job's JVM bridge) each
+    # connection at INFO; keep their noise at WARNING and above.
+    for noisy in ("aiokafka", "py4j"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -35,14 +35,14 @@ from dispatcher.logs import HANDLER_NAME
 def _undo_command_logging() -> Iterator[None]:
     """A command run in-process (typer's CliRunner) sets up logging for the whole process
     (`dispatcher.logs`); undo it after the test, so the next test sees what it would alone."""
-    aiokafka_level = logging.getLogger("aiokafka").level
-    root_level = logging.getLogger().level
+    loggers = [logging.getLogger(name) for name in ("", "aiokafka", "py4j")]
+    levels = [logger.level for logger in loggers]
     yield
-    root = logging.getLogger()
+    root = loggers[0]
     for handler in [h for h in root.handlers if h.get_name() == HANDLER_NAME]:
         root.removeHandler(handler)
-    root.setLevel(root_level)
-    logging.getLogger("aiokafka").setLevel(aiokafka_level)
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")

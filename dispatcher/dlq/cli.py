@@ -315,7 +315,7 @@ def replay_records(
         "--limit", min=1, help="Replay at most this many matching records, the oldest.")] = None,
     include_replayed: Annotated[bool, typer.Option(
         "--include-replayed", help="Replay records already replayed to the target again "
-                                   "(deliberately).")] = False,
+                                   "(deliberately; still once per wait id).")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Send every selected DLQ record, even several of one wait id or of a "
                         "wait id replayed before (by default each wait id goes once).")] = False,

@@ -18,7 +18,8 @@ Not replayed twice by accident, the design:
 - The identity of a DLQ record is its partition, offset *and* timestamp: should the DLQ topic be
   deleted and created again, its new records at old offsets are not mistaken for replayed ones.
 - A record replayed to a different topic (`--to-topic`, e.g. a staging copy) still counts as not
-  replayed to its original topic. `--include-replayed` replays deliberately again.
+  replayed to its original topic. `--include-replayed` replays deliberately again (still
+  once per wait id, unless `--force`).
 - `dispatcher.dlq.replay` makes each replayed record and its ledger entry one Kafka
   transaction, so a crash never leaves a replay without its ledger entry (or the reverse); and
   it fences any other replay of the same DLQ before it reads the ledger (see its docstring).
