@@ -56,6 +56,21 @@ class DispatcherMetrics:
         self.produce_errors = Counter("waitline_produce_errors",
                                       "Records that could not be written (non-retriable).",
                                       ["topic_role"], registry=r)
+        # Stuck-record visibility, per assigned partition (a silent stall is what users of
+        # other parallel consumers meet most): the oldest record holding back the commit.
+        partition = ["topic", "partition"]
+        self.oldest_pending_age = Gauge(
+            "waitline_partition_oldest_pending_age_seconds",
+            "Age (now minus fetch time) of the partition's oldest record whose offset is not "
+            "committed yet; 0 when none waits.", partition, registry=r)
+        self.oldest_pending_offset = Gauge(
+            "waitline_partition_oldest_pending_offset",
+            "Offset of the partition's oldest record whose offset is not committed yet "
+            "(-1 when none waits).", partition, registry=r)
+        self.commit_stall = Gauge(
+            "waitline_partition_commit_stall_seconds",
+            "Seconds since the partition's committed offset last advanced while records of it "
+            "were waiting (0 when it is caught up).", partition, registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
