@@ -15,6 +15,7 @@ them) is written through the batch API, byte for byte.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from dispatcher.wire import OutgoingRecord
 
 log = logging.getLogger(__name__)
 
+CLOSE_TIMEOUT_S = 10.0
 BATCH_OVERHEAD_BYTES = 61  # a record batch's header, counted against max.message.bytes
 _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, ClientRecordTooLargeError)
 Header = tuple[str, bytes | None]
@@ -159,9 +161,18 @@ def make_consumer(kafka: KafkaConfig, group: str, **overrides: Any) -> AIOKafkaC
     return AIOKafkaConsumer(**options)
 
 
-async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
-    """Stop a client during shutdown; a failure to stop is logged, not raised."""
+async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer,
+                       timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """Stop a client during shutdown; a failure to stop is logged, not raised.
+
+    Bounded: a consumer's close waits for a group rebalance in progress to complete, which
+    another member can hold for its whole rebalance timeout; a stopping pod does not wait that
+    long (the group drops this member when its session times out)."""
     try:
-        await client.stop()
-    except (TimeoutError, KafkaError, OSError) as exc:
+        async with asyncio.timeout(timeout_s):
+            await client.stop()
+    except TimeoutError:
+        log.warning("%s did not close within %.0f s (a group rebalance in progress?); going on "
+                    "without it", type(client).__name__, timeout_s)
+    except (KafkaError, OSError) as exc:
         log.warning("stopping %s failed: %r", type(client).__name__, exc)

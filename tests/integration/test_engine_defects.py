@@ -351,3 +351,40 @@ async def test_partitions_with_backlogs_are_admitted_fairly(
 
     first = Counter(partition_of[call.idempotency_key] for call in counterparty.calls[:300])
     assert min(first[0], first[1]) >= 100, f"calls per partition among the first 300: {first}"
+
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_sigterm_stops_a_pod_whose_poll_waits_for_a_rebalance(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 7: a joining pod's `getmany` waits until the group's rebalance completes, which
+    another member can hold for long (here: a revoke waiting for a slow prepare); SIGTERM was
+    only seen once `getmany` returned. It must stop without waiting for the rebalance."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=2)
+    await produce_records(kafka_bootstrap, topic, [
+        InputRecord(key=b"k", value=b"slow" if i == 0 else b"%d" % i, partition=i % 2)
+        for i in range(10)])
+    _SlowPrepareWriter.delay_s, _SlowPrepareWriter.started = 25.0, asyncio.Event()
+    monkeypatch.setattr(runner, "AckedWriter", _SlowPrepareWriter)
+
+    async with RecordingCounterparty() as counterparty:
+        stop = asyncio.Event()
+        holder = asyncio.create_task(run_pod(pod_settings(
+            kafka_bootstrap, topic, group, counterparty.url), stop))
+        await wait_until(_SlowPrepareWriter.started.is_set, "the slow prepare has begun", 30)
+        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
+                             bootstrap_servers=kafka_bootstrap)
+        async with DispatcherProcess(argv, tmp_path / "joiner.log") as joiner:
+            await joiner.wait_for_log("starting: ", timeout_s=30)
+            await asyncio.sleep(4)  # it has joined and waits for the rebalance to complete
+            joiner.send(signal.SIGTERM)
+            assert await joiner.wait(60) == 0, joiner.log()[-3000:]
+            slow_prepare_done = any(c.body_bytes == len(b"slow") for c in counterparty.calls)
+        stop.set()
+        await asyncio.wait_for(holder, 60)
+
+    assert not slow_prepare_done, "the joiner waited for the rebalance to complete"
