@@ -388,3 +388,29 @@ async def test_sigterm_stops_a_pod_whose_poll_waits_for_a_rebalance(
         await asyncio.wait_for(holder, 60)
 
     assert not slow_prepare_done, "the joiner waited for the rebalance to complete"
+
+
+async def test_a_result_too_large_for_the_result_topic_goes_to_the_dlq_not_to_an_expiry(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Defect 7: a result-topic write that could not succeed left the record open in the wait
+    registry, later reported as an expiry; its failure is now reported as what it is."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await create_topic(kafka_bootstrap, f"{group}.result", partitions=1,
+                       configs={"max.message.bytes": "200"})
+    [source] = await produce_records(kafka_bootstrap, topic, [InputRecord(key=b"k", value=b"1")])
+    wait_id = wait_ids(group, [source])[0]
+
+    async with RecordingCounterparty() as counterparty:
+        async def finished() -> bool:
+            wait = await read_wait_topic(kafka_bootstrap, f"{group}.wait")
+            return wait_id in wait.closed and wait_id not in wait.open_ids
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, counterparty.url,
+                                         result_topic=f"{group}.result"), finished, timeout_s=30)
+
+    [entry] = await read_dlq(kafka_bootstrap, f"{group}.dlq")
+    assert (entry.wait_id, entry.failure.exception) == (wait_id, "RecordTooLargeError")
+    assert "the call succeeded but its result" in entry.failure.message
+    assert await read_topic(kafka_bootstrap, f"{group}.result") == []
