@@ -40,6 +40,15 @@ class ProduceError(WaitlineError):
     """Records could not be written to Kafka; the message names the topic and the cause."""
 
 
+class RecordTooLargeError(ProduceError):
+    """A record is larger than its topic accepts; it was not written (nothing else was hurt)."""
+
+
+class FatalError(WaitlineError):
+    """The pod cannot go on without losing or stalling records; it stops and exits non-zero
+    so that its orchestrator restarts it (nothing was committed past the affected record)."""
+
+
 class ConsumeError(WaitlineError):
     """Records could not be read from Kafka; the message names the topic and the cause."""
 

@@ -236,7 +236,7 @@ def mirror(
     """The reconciliation job: wait events/s of one --once cycle, and the mirror lag under a
     steady flow with the job running continuously."""
     from loadtest.compare import write_json  # noqa: PLC0415
-    from loadtest.mirror_bench import markdown_table  # noqa: PLC0415
+    from loadtest.mirror_bench_core import markdown_table  # noqa: PLC0415
 
     rows = _run_mirror(events=events, rate=rate, duration=duration, trigger=trigger,
                        bootstrap_servers=bootstrap_servers, dsn=dsn)

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import psutil
 
-from loadtest import mirror_bench
 from loadtest.compare import INPUT_PARTITIONS, RunResult, markdown_table, write_json, write_plot
-from loadtest.mirror_bench import MirrorBenchRow
+from loadtest.mirror_bench import KEPT_UP_RATIO
+from loadtest.mirror_bench_core import CLOSE_AFTER_PREPARES, OPEN_FRACTION, MirrorBenchRow
+from loadtest.mirror_bench_core import markdown_table as mirror_table
+from loadtest.mirror_bench_io import SAMPLE_EVERY_S, TOMBSTONE_AFTER_S
 from loadtest.scenarios import SCENARIOS
 
 
@@ -27,7 +29,6 @@ def machine_line() -> str:
 
 def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> list[str]:
     """The "## reconciliation" section: how the figures were taken, then their table."""
-    mb = mirror_bench
     return [
         "## reconciliation",
         "",
@@ -35,21 +36,21 @@ def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> li
         "in the harness's process (`local[*]`); the JVM's start is timed apart. **Throughput**: a "
         f"fresh {INPUT_PARTITIONS}-partition wait topic pre-filled with wait events shaped like "
         "the dispatcher's (prepares, each tombstoned "
-        f"{mb.CLOSE_AFTER_PREPARES} prepares later, {mb.OPEN_FRACTION:.0%} of the events left "
+        f"{CLOSE_AFTER_PREPARES} prepares later, {OPEN_FRACTION:.0%} of the events left "
         "open), mirrored by one `--once` cycle; applied/s = events / the cycle's time (query "
         "start, Kafka read, PostgreSQL COPY + merge, expiry sweep). Twice, on two topics: the "
         "first cycle in the JVM (what `waitline reconcile --once` pays after the JVM start), "
         "then a warm one (what each cycle of a long-running job pays). The table is then "
         "checked to hold exactly the ids left open. **Lag**: the job runs continuously with "
         "`--trigger` while a producer writes prepares at half the offered rate, each tombstoned "
-        f"{mb.TOMBSTONE_AFTER_S:g} s later. Every {mb.SAMPLE_EVERY_S:g} s the harness reads the "
+        f"{TOMBSTONE_AFTER_S:g} s later. Every {SAMPLE_EVERY_S:g} s the harness reads the "
         "newest prepare visible in PostgreSQL; lag = now - its wait-topic timestamp, the "
         "staleness a reader of the table sees, the wait for the next cycle included. Applied/s "
         "is the slope of that newest prepare over time (x2: prepares and tombstones); kept up = "
-        f"at least {mb.KEPT_UP_RATIO:.0%} of the produced rate. A marker prepare sent last must "
+        f"at least {KEPT_UP_RATIO:.0%} of the produced rate. A marker prepare sent last must "
         "end as the only row left.",
         "",
-        mirror_bench.markdown_table(rows),
+        mirror_table(rows),
         "",
         f"Raw rows: [{json_name}]({json_name}).",
         "",

@@ -23,7 +23,9 @@ Not replayed twice by accident, the design:
 - `dispatcher.dlq.replay` makes each replayed record and its ledger entry one Kafka
   transaction, so a crash never leaves a replay without its ledger entry (or the reverse); and
   it fences any other replay of the same DLQ before it reads the ledger (see its docstring).
-- Malformed DLQ records (not following the wire format) are listed, counted, never replayed.
+- Malformed DLQ records (not following the wire format) are listed, counted, never replayed;
+  so are reference records (`ORIGINAL_OMITTED`: the original was too large to copy, and is read
+  from its input topic at the coordinates the record names).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Verdict(enum.Enum):
     ALREADY_REPLAYED = "already replayed"
     MALFORMED = "malformed"
     SAME_WAIT_ID = "another selected record has the same wait id"
+    REFERENCE_ONLY = "only references its original (too large to copy): read it from its topic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class ReplayPlan:
     replayed_meanwhile: int = 0
     duplicate_wait_id: int = 0
     once_per_wait_id: bool = True
+    reference_only: int = 0  # DLQ records that only reference an original too large to copy
 
     _by_coordinates: dict[DlqCoordinates, ReplayItem] = field(
         init=False, repr=False, compare=False
@@ -181,6 +185,8 @@ class ReplayPlanner:
             return Verdict.NOT_MATCHING, None
         if record.entry is None:
             return Verdict.MALFORMED, None
+        if record.entry.original_omitted:
+            return Verdict.REFERENCE_ONLY, None
         target = self._request.to_topic or record.entry.source.topic
         if not self._request.include_replayed and self._ledger.was_replayed(record, target):
             if record.entry.wait_id is not None:
@@ -216,4 +222,5 @@ class ReplayPlanner:
             over_limit=selected.offered - len(items),
             duplicate_wait_id=self._counts[Verdict.SAME_WAIT_ID],
             once_per_wait_id=self._once_per_wait_id,
+            reference_only=self._counts[Verdict.REFERENCE_ONLY],
         )

@@ -90,6 +90,7 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
             "replayed_meanwhile": outcome.plan.replayed_meanwhile if outcome else 0,
             "not_matching": plan.not_matching,
             "malformed": plan.malformed,
+            "reference_only": plan.reference_only,
             "over_limit": plan.over_limit,
             "vanished": outcome.vanished if outcome else 0,
             "preview": [row.to_json() for row in plan.preview],
@@ -116,8 +117,10 @@ def _skipped(plan: ReplayPlan) -> str:
                  if plan.replayed_meanwhile else "")
     duplicates = (f", {plan.duplicate_wait_id} of a wait id already selected"
                   if plan.duplicate_wait_id else "")
+    references = (f", {plan.reference_only} references to originals too large to copy (read "
+                  "them from their input topics)" if plan.reference_only else "")
     return (f"{plan.already_replayed} already replayed{meanwhile}{duplicates}, "
-            f"{plan.not_matching} not matching, {plan.malformed} malformed, "
+            f"{plan.not_matching} not matching, {plan.malformed} malformed{references}, "
             f"{plan.over_limit} over --limit")
 
 

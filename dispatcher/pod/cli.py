@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dispatcher.errors import ConfigError, WaitlineError
+from dispatcher.errors import ConfigError, FatalError, WaitlineError
 from dispatcher.logs import configure_logging
 from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
 
@@ -33,6 +33,7 @@ _KAFKA = "Kafka"
 _TOPICS = "Topics"
 _WINDOW = "Window and deadlines"
 _OBS = "Observability"
+FATAL_EXIT_CODE = 3  # a fatal error after start (2: bad configuration or set-up)
 
 
 def _opt(help_text: str, env: str, panel: str) -> Any:
@@ -61,6 +62,12 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                          _WINDOW)] = "1s",
     drain_grace: Annotated[str, _opt("On SIGTERM, how long in-flight records may finish.",
                                      "DRAIN_GRACE", _WINDOW)] = "30s",
+    rebalance_timeout: Annotated[str, _opt("How long the group waits for this pod in a "
+                                           "rebalance; a revoke waits half of it for "
+                                           "prepares.", "REBALANCE_TIMEOUT", _WINDOW)] = "60s",
+    stall_warning: Annotated[str, _opt("Log a partition whose commit has not moved for this "
+                                       "long, naming its oldest pending record.",
+                                       "STALL_WARNING", _OBS)] = "60s",
     wait_topic: Annotated[str | None, _opt("Wait topic (default: GROUP.wait).", "WAIT_TOPIC",
                                            _TOPICS)] = None,
     dlq_topic: Annotated[str | None, _opt("DLQ topic (default: GROUP.dlq).", "DLQ_TOPIC",
@@ -100,6 +107,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
         settings = load_settings(**flags)
         configure_logging(settings.log_format, settings.log_level)
         run_event_loop(run_pod(settings), settings.event_loop)
+    except FatalError as exc:  # it ran, then could not go on safely: restart it
+        typer.echo(f"fatal: {exc}", err=True)
+        raise typer.Exit(FATAL_EXIT_CODE) from exc
     except WaitlineError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -11,9 +11,20 @@ is full may add one poll's worth, which is started rather than dropped). A windo
 pauses the assigned partitions, and the poll loop keeps calling `getmany`, so the consumer stays
 in its group.
 
-Rebalance: on revoke we wait for the revoked partitions' in-flight prepares, commit their
-watermark and forget them. Prepared records keep running to their tombstone (the registry owns
-them), so a clean rebalance causes no duplicate call: the next owner starts past them.
+Rebalance: on revoke we wait (at most half the rebalance timeout) for the revoked partitions'
+in-flight prepares, commit their watermark and forget them. Prepared records keep running to
+their tombstone (the registry owns them), so a clean rebalance causes no duplicate call: the
+next owner starts past them. A record whose prepare outlives that wait is abandoned: it is not
+called here (the next owner fetches and calls it). A partition's generation changes at revoke
+only, so records started while an assignment completes are never mistaken for stale ones.
+
+Commits have one owner at a time (a lock, and the commit loop is stopped, never cancelled, so a
+commit in flight always finishes before the next starts): a committed offset never goes back.
+
+Failing fast: a write that can never succeed (authorisation, a fenced or out-of-sequence
+producer) or an unexpected error in a record's task would leave a record that can never become
+committable. The engine then stops at once (no grace), commits only what is prepared, and
+`run` raises `FatalError`, so the pod exits non-zero and its orchestrator restarts it.
 """
 
 from __future__ import annotations
@@ -25,7 +36,6 @@ import time
 import traceback
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,13 +43,16 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.errors import ProduceError
+from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
 from dispatcher.pod.counterparty import CallRequest, Counterparty
 from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.pod.lag import LagReporter, Unprepared, UnpreparedRecord
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.outcome import CallOutcome
+from dispatcher.pod.polling import fetch_fairly, first_set
 from dispatcher.pod.settings import TopicConfig, WindowConfig
-from dispatcher.pod.settle import OutcomeWriter, source_record
+from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
+from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
@@ -53,17 +66,7 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
-REVOKE_PREPARE_TIMEOUT_S = 30.0
 SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
-
-
-@dataclass
-class _Unprepared:
-    """A fetched record whose wait record is not yet durable."""
-
-    generation: int
-    timestamp_ms: int
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -96,35 +99,68 @@ class AtLeastOnceEngine:
         self._metrics = metrics
         self._clock = clock
         self._watermarks = PartitionWatermarks()
-        self._unprepared: dict[TopicPartitionKey, dict[int, _Unprepared]] = defaultdict(dict)
+        self._unprepared: Unprepared = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         self._last_fetched_ms: int | None = None
         self._joined = False
+        self._commit_lock = asyncio.Lock()
+        self._next_partition = 0  # where the next fair fetch starts
+        self._stop = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
+                                unprepared=self._unprepared, metrics=metrics,
+                                stalls=StallTracker(window.stall_warning_s), clock=clock)
         metrics.window.set(window.concurrency)
 
     @property
     def ready(self) -> bool:
-        """True once the consumer has joined its group."""
-        return self._joined
+        """True once the consumer has joined its group, until a fatal error."""
+        return self._joined and self._fatal is None
+
+    def details(self) -> dict[str, object]:
+        """What `/readyz` shows besides the status: stalled partitions and a fatal error."""
+        return {"fatal": None if self._fatal is None else repr(self._fatal),
+                "partitions": [stall.as_json() for stall in self._lag.stalls]}
 
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Dispatch until `stop` is set; FatalError if the engine had to stop on its own."""
         self._consumer.subscribe(list(self._topics.input_topics), listener=_Listener(self))
         committer = asyncio.create_task(self._commit_loop(), name="waitline-commit-loop")
+        stopping = asyncio.create_task(first_set(stop, self._stop), name="waitline-stop")
+        # A rebalance can hold `getmany` for long: a stop request must not wait for it, so the
+        # poll loop is cancelled (a cancelled `getmany` leaves its records in the fetch buffer).
+        poller = asyncio.create_task(self._poll_loop(), name="waitline-poll-loop")
         try:
-            while not stop.is_set():
-                await self._poll_once()
-        finally:
-            await self._drain()
-            committer.cancel()
+            await asyncio.wait({poller, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await committer
+                await poller
+        finally:
+            stopping.cancel()
+            await self._drain()
+            self._stop.set()
+            await committer  # finishes its commit in flight; never cancelled mid-commit
             await self._commit()
+        if self._fatal is not None:
+            raise FatalError(f"stopped: {self._fatal}") from self._fatal
+
+    def _fail(self, exc: BaseException, what: str) -> None:
+        """Stop at once: `what` can never become committable, so going on would stall."""
+        if self._fatal is None:
+            log.critical("%s: %r; stopping so that the pod is restarted (nothing is committed "
+                         "past it)", what, exc)
+            self._fatal = exc
+        self._stop.set()
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await self._poll_once()
 
     async def _poll_once(self) -> None:
         free = self._window.concurrency - len(self._tasks)
@@ -142,8 +178,9 @@ class AtLeastOnceEngine:
         paused = self._consumer.paused()
         if paused:
             self._consumer.resume(*paused)
-        batch = await self._consumer.getmany(timeout_ms=POLL_TIMEOUT_MS, max_records=free)
-        for tp, records in batch.items():
+        self._next_partition += 1
+        for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
+                                               POLL_TIMEOUT_MS)).items():
             self._start_all(_key(tp), records)
 
     async def _poll_while_full(self) -> None:
@@ -160,10 +197,13 @@ class AtLeastOnceEngine:
             self._start_all(_key(tp), records)
 
     def _start_all(self, key: TopicPartitionKey, records: list[ConsumerRecord[Any, Any]]) -> None:
+        if records and self._watermarks.went_back(key, records[0].offset):
+            self._restart_partition(key, records[0].offset)
         generation = self._generation[key]
+        now = time.monotonic()
         for record in records:
             self._watermarks.track(key, record.offset)
-            pending = _Unprepared(generation, record.timestamp)
+            pending = UnpreparedRecord(generation, record.timestamp, now)
             self._unprepared[key][record.offset] = pending
             self._spawn(self._dispatch(source_record(record), pending),
                         f"{record.topic}/{record.partition}@{record.offset}")
@@ -177,18 +217,27 @@ class AtLeastOnceEngine:
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
+    def _restart_partition(self, key: TopicPartitionKey, offset: int) -> None:
+        """The fetch position went back (the log was truncated, or the topic recreated with
+        the same name): what was tracked for the partition no longer describes its log."""
+        log.warning("%s/%d: fetched offset %d is below offsets already fetched (log truncated "
+                    "or topic recreated); restarting its bookkeeping from there", *key, offset)
+        self._watermarks.forget(key)
+        self._unprepared.pop(key, None)
+        self._generation[key] += 1
+
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._slot_freed.set()
         self._metrics.in_flight.set(len(self._tasks))
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("record task failed unexpectedly", exc_info=exc)
+            self._fail(exc, f"record {task.get_name()} failed unexpectedly")
 
-    async def _dispatch(self, source: SourceRecord, pending: _Unprepared) -> None:
+    async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord) -> None:
         key = (source.topic, source.partition)
-        fetched_at = time.monotonic()
         try:
             if source.value is None:
+                pending.reason = "its DLQ record (null value) to be acknowledged"
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
                 self._mark_prepared(key, source.offset, pending)
                 return
@@ -196,24 +245,29 @@ class AtLeastOnceEngine:
             prepare = wait_record(source, self._topics.group, expires_at)
             try:
                 await self._writer.write(self._topics.wait_topic, prepare)
-            except ProduceError as exc:
-                # Not retriable (e.g. too large for the wait topic): the DLQ record protects it.
+            except RecordTooLargeError as exc:
+                # It cannot be prepared: its DLQ record (or a reference to it) protects it.
                 self._metrics.produce_errors.labels("wait").inc()
-                await self._outcomes.dead_letter(source, Failure("ProduceError", str(exc)))
+                pending.reason = "its DLQ record (too large to prepare) to be acknowledged"
+                await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, str(exc)))
                 self._mark_prepared(key, source.offset, pending)
                 return
             self._mark_prepared(key, source.offset, pending)
+            if pending.abandoned:
+                log.info("%s/%d@%d: its partition was revoked before its prepare finished; "
+                         "the next owner calls it", *key, source.offset)
+                return
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
             outcome = await self._call(source.value, wait_id)
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
             await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
-            self._metrics.record_duration.observe(time.monotonic() - fetched_at)
-        except ProduceError:
+            self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
+        except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
-            log.exception("cannot write the outcome of %s/%d@%d; it stays open in the wait "
-                          "registry (or, if unprepared, holds back the commit)",
-                          source.topic, source.partition, source.offset)
+            self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
+                            f"{source.offset} (it stays open in the wait registry, or if not "
+                            "prepared, uncommitted)")
         finally:
             pending.done.set()
 
@@ -229,7 +283,8 @@ class AtLeastOnceEngine:
             return CallOutcome(ok=False, status=None, attempts=1,
                                elapsed_s=time.monotonic() - started, failure=failure)
 
-    def _mark_prepared(self, key: TopicPartitionKey, offset: int, pending: _Unprepared) -> None:
+    def _mark_prepared(self, key: TopicPartitionKey, offset: int,
+                       pending: UnpreparedRecord) -> None:
         self._metrics.prepared.inc()
         pending.done.set()
         if pending.generation != self._generation[key]:
@@ -239,77 +294,76 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [_key(tp) for tp in revoked]
-        waiting = [p.done.wait() for k in keys for p in self._unprepared.get(k, {}).values()]
-        if waiting:
+        unfinished = [p for k in keys for p in self._unprepared.get(k, {}).values()]
+        if unfinished:
+            wait_s = self._window.revoke_wait_s
             try:
-                async with asyncio.timeout(REVOKE_PREPARE_TIMEOUT_S):
-                    await asyncio.gather(*waiting)
+                async with asyncio.timeout(wait_s):
+                    await asyncio.gather(*(p.done.wait() for p in unfinished))
             except TimeoutError:
-                log.warning("revoke: %d prepares still unfinished after %.0f s; their records "
-                            "will be fetched again by the next owner", len(waiting),
-                            REVOKE_PREPARE_TIMEOUT_S)
+                left = [p for p in unfinished if not p.done.is_set()]
+                for pending in left:
+                    pending.abandoned = True
+                log.warning("revoke: %d prepares still unfinished after %.0f s; this pod will "
+                            "not call their records, the next owner fetches them", len(left),
+                            wait_s)
         await self._commit(keys)
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
-            self._generation[key] += 1
+            self._generation[key] += 1  # what is still running for it is now stale
+            self._lag.forget(key)
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
-            key = _key(tp)
-            self._generation[key] += 1
-            committed = await self._consumer.committed(tp)
+            try:
+                committed = await self._consumer.committed(tp)
+            except KafkaError as exc:
+                # Only an optimisation (not committing the same offset again) depends on it.
+                log.warning("%s/%d: cannot read its committed offset (%r); going on without it",
+                            tp.topic, tp.partition, exc)
+                continue
             if committed is not None:
-                self._watermarks.mark_committed(key, committed)
+                self._watermarks.mark_committed(_key(tp), committed)
         self._joined = True
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")
 
     async def _commit_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._window.commit_interval_s)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._window.commit_interval_s):
+                    await self._stop.wait()
             await self._commit()
-            self._update_lag_gauges()
+            self._lag.update(self._last_fetched_ms)
 
     async def _commit(self, only: list[TopicPartitionKey] | None = None) -> None:
-        due = self._watermarks.commits_due()
-        if only is not None:
-            due = {k: v for k, v in due.items() if k in only}
-        if not due:
-            return
-        try:
-            await self._consumer.commit({TopicPartition(t, p): o for (t, p), o in due.items()})
-        except KafkaError as exc:
-            self._metrics.commits.labels("failed").inc()
-            log.warning("offset commit failed, will retry: %r", exc)
-            return
-        self._metrics.commits.labels("ok").inc()
-        for key, offset in due.items():
-            self._watermarks.mark_committed(key, offset)
-
-    def _update_lag_gauges(self) -> None:
-        lag = 0
-        for tp in self._consumer.assignment():
-            highwater = self._consumer.highwater(tp)
-            committed = self._watermarks.last_committed(_key(tp))
-            if highwater is not None:
-                lag += max(0, highwater - (committed or 0))
-        self._metrics.commit_lag.set(lag)
-        oldest = [p.timestamp_ms for ps in self._unprepared.values() for p in ps.values()]
-        now_ms = self._clock() * 1000
-        if oldest:
-            self._metrics.actuality_lag.set(max(0.0, (now_ms - min(oldest)) / 1000))
-        elif lag > 0 and self._last_fetched_ms is not None:
-            self._metrics.actuality_lag.set(max(0.0, (now_ms - self._last_fetched_ms) / 1000))
-        else:
-            self._metrics.actuality_lag.set(0)
+        async with self._commit_lock:  # one commit at a time: offsets never go back
+            due = self._watermarks.commits_due()
+            if only is not None:
+                due = {k: v for k, v in due.items() if k in only}
+            if not due:
+                return
+            offsets = {TopicPartition(t, p): o for (t, p), o in due.items()}
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                self._metrics.commits.labels("failed").inc()
+                log.warning("offset commit failed, will retry: %r", exc)
+                return
+            self._metrics.commits.labels("ok").inc()
+            now = time.monotonic()
+            for key, offset in due.items():
+                self._watermarks.mark_committed(key, offset)
+                self._lag.committed(key, now)
 
     async def _drain(self) -> None:
-        """Stop fetching, let in-flight records finish within the grace period, then cancel."""
+        """Stop fetching, let in-flight records finish within the grace period (none after a
+        fatal error), then cancel."""
         with contextlib.suppress(KafkaError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
-        if self._tasks:
+        if self._tasks and self._fatal is None:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._tasks),
                      self._window.drain_grace_s)
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
@@ -325,3 +379,4 @@ class AtLeastOnceEngine:
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+

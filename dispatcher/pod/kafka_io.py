@@ -3,23 +3,45 @@
 `AckedWriter.write` returns only once the broker has acknowledged the record (acks=all,
 idempotent producer). Retriable broker errors are retried with capped exponential backoff for as
 long as it takes (a record must never be dropped because the broker was briefly away); a
-non-retriable error (record too large, authorisation) is raised as `ProduceError`.
+non-retriable error (authorisation, a fenced or out-of-sequence producer) is raised as
+`ProduceError`.
+
+A record larger than its topic's `max.message.bytes` raises `RecordTooLargeError` before it is
+sent: a batch the broker rejects for its size leaves aiokafka's idempotent producer out of
+sequence for that partition (every later write to it fails), so the size is checked here.
+A record with neither key nor value (other clients write them; aiokafka's `send` refuses
+them) is written through the batch API, byte for byte.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+)
+from aiokafka.errors import RecordTooLargeError as ClientRecordTooLargeError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
-from dispatcher.errors import ProduceError
+from dispatcher.errors import ProduceError, RecordTooLargeError
 from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig
 from dispatcher.wire import OutgoingRecord
 
 log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 10.0
+BATCH_OVERHEAD_BYTES = 61  # a record batch's header, counted against max.message.bytes
+_SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, ClientRecordTooLargeError)
+Header = tuple[str, bytes | None]
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -35,25 +57,51 @@ def _log_retry(state: Any) -> None:
 
 class AckedWriter:
     """Writes records one by one, each awaited until acknowledged; shared by all in-flight
-    records (aiokafka batches concurrent sends into the same requests)."""
+    records (aiokafka batches concurrent sends into the same requests).
 
-    def __init__(self, producer: AIOKafkaProducer, backoff_max_s: float = 5.0) -> None:
+    `topic_limits` maps topic names to their `max.message.bytes`; other topics are limited by
+    the producer's `max_request_size` only."""
+
+    def __init__(self, producer: AIOKafkaProducer, backoff_max_s: float = 5.0,
+                 topic_limits: Mapping[str, int] | None = None) -> None:
         self._producer = producer
         self._backoff_max_s = backoff_max_s
+        self._limits = dict(topic_limits or {})
 
     async def write(self, topic: str, record: OutgoingRecord) -> None:
         headers = [(name, value) for name, value in record.headers]
+        self._check_size(topic, record.key, record.value, headers)
         try:  # the common case, without the retry machinery's cost per record
-            await self._producer.send_and_wait(topic, record.value, key=record.key,
-                                               headers=headers)
+            await self._send(topic, record.key, record.value, headers)
         except KafkaError as exc:
             if not _retriable(exc):
-                raise ProduceError(f"writing to {topic} failed: {exc!r}") from exc
+                raise _produce_error(topic, exc) from exc
             log.warning("Kafka write to %s failed, retrying: %r", topic, exc)
             await self._write_with_retries(topic, record.key, record.value, headers)
 
+    def _check_size(self, topic: str, key: bytes | None, value: bytes | None,
+                    headers: list[Header]) -> None:
+        limit = self._limits.get(topic)
+        if limit is None:
+            return
+        payload = len(key or b"") + len(value or b"")
+        if payload + 4096 + sum(len(n) + len(v or b"") for n, v in headers) * 2 < limit:
+            return  # clearly small enough: skip the exact estimate on the hot path
+        size = BATCH_OVERHEAD_BYTES + DefaultRecordBatchBuilder.estimate_size_in_bytes(
+            key, value, headers)
+        if size > limit:
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
+                                      f"max.message.bytes ({limit}); it was not written")
+
+    async def _send(self, topic: str, key: bytes | None, value: bytes | None,
+                    headers: list[Header]) -> None:
+        if key is not None or value is not None:
+            await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+            return
+        await send_null_key_and_value(self._producer, topic, headers)
+
     async def _write_with_retries(self, topic: str, key: bytes | None, value: bytes | None,
-                                  headers: list[tuple[str, bytes | None]]) -> None:
+                                  headers: list[Header]) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retriable),
             wait=wait_random_exponential(multiplier=0.1, max=self._backoff_max_s),
@@ -63,9 +111,27 @@ class AckedWriter:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._producer.send_and_wait(topic, value, key=key, headers=headers)
+                    await self._send(topic, key, value, headers)
         except KafkaError as exc:
-            raise ProduceError(f"writing to {topic} failed: {exc!r}") from exc
+            raise _produce_error(topic, exc) from exc
+
+
+def _produce_error(topic: str, exc: KafkaError) -> ProduceError:
+    if isinstance(exc, _SIZE_ERRORS):
+        return RecordTooLargeError(f"writing to {topic} failed: {exc!r}")
+    return ProduceError(f"writing to {topic} failed: {exc!r}")
+
+
+async def send_null_key_and_value(producer: AIOKafkaProducer, topic: str,
+                                  headers: list[Header]) -> None:
+    """Write a record with a null key and a null value (aiokafka's `send` asserts against it),
+    to a random partition as the default partitioner would, and wait for its acknowledgement."""
+    partitions = sorted(await producer.partitions_for(topic))
+    batch = producer.create_batch()
+    batch.append(key=None, value=None, timestamp=None, headers=headers)
+    batch.close()
+    delivered = await producer.send_batch(batch, topic, partition=random.choice(partitions))
+    await delivered
 
 
 def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:
@@ -95,9 +161,18 @@ def make_consumer(kafka: KafkaConfig, group: str, **overrides: Any) -> AIOKafkaC
     return AIOKafkaConsumer(**options)
 
 
-async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer) -> None:
-    """Stop a client during shutdown; a failure to stop is logged, not raised."""
+async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer,
+                       timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """Stop a client during shutdown; a failure to stop is logged, not raised.
+
+    Bounded: a consumer's close waits for a group rebalance in progress to complete, which
+    another member can hold for its whole rebalance timeout; a stopping pod does not wait that
+    long (the group drops this member when its session times out)."""
     try:
-        await client.stop()
-    except (TimeoutError, KafkaError, OSError) as exc:
+        async with asyncio.timeout(timeout_s):
+            await client.stop()
+    except TimeoutError:
+        log.warning("%s did not close within %.0f s (a group rebalance in progress?); going on "
+                    "without it", type(client).__name__, timeout_s)
+    except (KafkaError, OSError) as exc:
         log.warning("stopping %s failed: %r", type(client).__name__, exc)

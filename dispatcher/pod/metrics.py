@@ -1,17 +1,22 @@
 """Prometheus metrics of one dispatcher, and the HTTP endpoint that serves them with health.
 
 `/metrics` (Prometheus text), `/healthz` (the event loop answers) and `/readyz` (the engine has
-joined its group and holds partitions, or is running with nothing to do yet) on one port.
+joined its group and holds partitions, or is running with nothing to do yet; not after a fatal
+error) on one port. `/readyz` also shows each partition's oldest pending record and commit
+stall, and the fatal error if there was one.
 Each `DispatcherMetrics` has its own registry, so tests can run several engines in one process.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from dispatcher.pod.stalls import PartitionStall
 
 LATENCY_BUCKETS_S = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
                      60.0, 120.0)
@@ -72,6 +77,20 @@ class DispatcherMetrics:
             "Seconds since the partition's committed offset last advanced while records of it "
             "were waiting (0 when it is caught up).", partition, registry=r)
 
+    def set_partition_stall(self, stall: PartitionStall) -> None:
+        labels = (stall.topic, str(stall.partition))
+        self.oldest_pending_age.labels(*labels).set(stall.oldest_age_s)
+        self.oldest_pending_offset.labels(*labels).set(
+            -1 if stall.oldest_offset is None else stall.oldest_offset)
+        self.commit_stall.labels(*labels).set(stall.stall_s)
+
+    def forget_partition(self, tp: tuple[str, int]) -> None:
+        """Drop a revoked partition's series (another pod reports it now)."""
+        labels = (tp[0], str(tp[1]))
+        for gauge in (self.oldest_pending_age, self.oldest_pending_offset, self.commit_stall):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -80,9 +99,11 @@ class MetricsServer:
     """Serves `/metrics`, `/healthz` and `/readyz`; owned by the pod (start/stop)."""
 
     def __init__(self, metrics: DispatcherMetrics, ready: Callable[[], bool],
-                 host: str, port: int) -> None:
+                 host: str, port: int,
+                 details: Callable[[], dict[str, object]] | None = None) -> None:
         self._metrics = metrics
         self._ready = ready
+        self._details = details or dict
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
@@ -96,9 +117,10 @@ class MetricsServer:
         return web.json_response({"status": "ok"})
 
     async def _readiness(self, _request: web.Request) -> web.Response:
+        details = self._details()
         if self._ready():
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+            return web.json_response({"status": "ready", **details})
+        return web.json_response({"status": "not ready", **details}, status=503)
 
     async def start(self) -> None:
         app = web.Application()

@@ -110,7 +110,7 @@ def body_snippet(body: bytes, limit: int = BODY_SNIPPET_CHARS) -> str:
 def parse_retry_after_s(value: str, *, now: datetime) -> float | None:
     """Seconds a `Retry-After` asks to wait (delta-seconds or HTTP-date); None if unreadable."""
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit() alone accepts "²" and other scripts
         return float(text)
     try:
         when = parsedate_to_datetime(text)

@@ -61,7 +61,8 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
         loop.add_signal_handler(signum, _stopper(stop, signum))
     log.info("starting: %s", describe(settings, kafka, topics))
     try:
-        await ensure_topics(kafka, topics, with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
+        limits = await ensure_topics(kafka, topics,
+                                     with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
     except BaseException:
         _remove_handlers(loop)
         raise
@@ -71,13 +72,14 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
         return
     metrics = DispatcherMetrics()
     producer = make_producer(kafka)
-    consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency)
+    consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency,
+                             rebalance_timeout_ms=int(window.rebalance_timeout_s * 1000))
     server: MetricsServer | None = None
     try:
         await producer.start()
         await consumer.start()
         async with HttpCounterparty(counterparty_settings) as counterparty:
-            writer = AckedWriter(producer)
+            writer = AckedWriter(producer, topic_limits=limits)
             engine: Engine
             if window.mode is Mode.BATCH:
                 engine = BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
@@ -88,8 +90,9 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
                                            window=window, metrics=metrics)
             obs = settings.observability()
             if obs.metrics_port is not None:
+                details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
                 server = MetricsServer(metrics, lambda: engine.ready, obs.metrics_host,
-                                       obs.metrics_port)
+                                       obs.metrics_port, details)
                 await server.start()
                 log.info("metrics and health on http://%s:%s/metrics", obs.metrics_host,
                          server.bound_port)

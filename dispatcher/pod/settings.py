@@ -93,6 +93,14 @@ class WindowConfig:
     wait_expiration_s: float
     commit_interval_s: float
     drain_grace_s: float
+    rebalance_timeout_s: float = 60.0
+    stall_warning_s: float = 60.0
+
+    @property
+    def revoke_wait_s(self) -> float:
+        """How long a revoke waits for prepares: half the rebalance timeout, so the commit and
+        the rejoin fit in the other half and the member is not kicked from its group."""
+        return self.rebalance_timeout_s / 2
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,8 @@ class DispatchSettings(KafkaClientSettings):
     wait_expiration: float = 3600.0
     commit_interval: float = 1.0
     drain_grace: float = 30.0
+    rebalance_timeout: float = 60.0
+    stall_warning: float = 60.0
     wait_topic: str | None = None
     dlq_topic: str | None = None
     result_topic: str | None = None
@@ -177,7 +187,7 @@ class DispatchSettings(KafkaClientSettings):
     event_loop: EventLoop = EventLoop.AUTO
 
     @field_validator("deadline", "wait_expiration", "commit_interval", "drain_grace",
-                     "delete_retention", mode="before")
+                     "delete_retention", "rebalance_timeout", "stall_warning", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> float:
         seconds = _duration(value)
@@ -195,6 +205,12 @@ class DispatchSettings(KafkaClientSettings):
             )
         if not self.input_topics():
             raise ValueError("--input-topic names no topic")
+        if self.rebalance_timeout < 2 * self.commit_interval or self.rebalance_timeout < 2:
+            raise ValueError(
+                f"--rebalance-timeout ({self.rebalance_timeout:g} s) must be at least 2 s and "
+                f"twice --commit-interval ({self.commit_interval:g} s): a revoke waits half of "
+                "it for prepares, then commits"
+            )
         return self
 
     def input_topics(self) -> tuple[str, ...]:
@@ -216,7 +232,9 @@ class DispatchSettings(KafkaClientSettings):
         return WindowConfig(mode=self.mode, concurrency=self.concurrency,
                             wait_expiration_s=self.wait_expiration,
                             commit_interval_s=self.commit_interval,
-                            drain_grace_s=self.drain_grace)
+                            drain_grace_s=self.drain_grace,
+                            rebalance_timeout_s=self.rebalance_timeout,
+                            stall_warning_s=self.stall_warning)
 
     def counterparty(self) -> CounterpartySettings:
         return CounterpartySettings(url=self.counterparty_url, deadline_s=self.deadline,

@@ -1,12 +1,18 @@
 """Writing a record's outcome: a result record on success (when configured), a DLQ record on
-failure. Shared by the at-least-once engine and the batch baseline."""
+failure. Shared by the at-least-once engine and the batch baseline.
+
+A record too large to copy into the DLQ gets a reference DLQ record instead (its coordinates,
+sizes and failure; `ORIGINAL_OMITTED`); a result too large for the result topic sends the record
+to the DLQ, so its failure is reported as what it is, not later as an expiry."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 from aiokafka.structs import ConsumerRecord
 
+from dispatcher.errors import RecordTooLargeError
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.outcome import CallOutcome
@@ -19,7 +25,13 @@ from dispatcher.wire import (
     OutgoingRecord,
     SourceRecord,
     dlq_record,
+    dlq_reference_record,
+    record_sizes,
 )
+
+log = logging.getLogger(__name__)
+
+RECORD_TOO_LARGE = "RecordTooLargeError"
 
 SUCCESS = "success"
 
@@ -55,14 +67,34 @@ class OutcomeWriter:
     async def settle(self, source: SourceRecord, wait_id: str, outcome: CallOutcome) -> None:
         if outcome.ok:
             if self._topics.result_topic:
-                await self._writer.write(self._topics.result_topic,
-                                         result_record(source, wait_id, outcome))
+                try:
+                    await self._writer.write(self._topics.result_topic,
+                                             result_record(source, wait_id, outcome))
+                except RecordTooLargeError as exc:
+                    await self.dead_letter(source, Failure(RECORD_TOO_LARGE, f"the call "
+                                                           f"succeeded but its result: {exc}"))
+                    return
             self._metrics.outcomes.labels(SUCCESS).inc()
             return
         failure = outcome.failure or Failure("UnknownError", "the call failed without a reason")
         await self.dead_letter(source, failure)
 
     async def dead_letter(self, source: SourceRecord, failure: Failure) -> None:
-        await self._writer.write(self._topics.dlq_topic,
-                                 dlq_record(source, self._topics.group, failure))
+        """Write `source`'s DLQ record; a reference to it when the copy is too large."""
+        dlq_topic, group = self._topics.dlq_topic, self._topics.group
+        try:
+            await self._writer.write(dlq_topic, dlq_record(source, group, failure))
+        except RecordTooLargeError as exc:
+            failure = too_large(source, failure, exc)
+            log.warning("%s/%d@%d is too large to copy into %s (%s); its DLQ record references "
+                        "it instead", source.topic, source.partition, source.offset, dlq_topic,
+                        record_sizes(source))
+            await self._writer.write(dlq_topic, dlq_reference_record(source, group, failure))
         self._metrics.outcomes.labels(failure.exception).inc()
+
+
+def too_large(source: SourceRecord, failure: Failure, exc: RecordTooLargeError) -> Failure:
+    """The failure a reference DLQ record carries: the sizes, and the original failure."""
+    original = "" if failure.exception == RECORD_TOO_LARGE else (
+        f"; the record had failed with {failure.exception}: {failure.message}")
+    return Failure(RECORD_TOO_LARGE, f"{record_sizes(source)}; {exc}{original}")

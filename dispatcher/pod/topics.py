@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC = 3
 DLQ_RETENTION_MS = 30 * 86_400_000
+MAX_MESSAGE_BYTES = "max.message.bytes"
+BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's own default, if a topic reports none
 
 
 @dataclass(frozen=True)
@@ -40,27 +42,30 @@ def plan_topics(topics: TopicConfig, *, with_wait_topic: bool = True) -> list[To
     plans = [
         TopicPlan(topics.wait_topic, "wait",
                   {"cleanup.policy": "compact", "delete.retention.ms": retention,
-                   "max.message.bytes": size, "min.cleanable.dirty.ratio": "0.1"},
+                   MAX_MESSAGE_BYTES: size, "min.cleanable.dirty.ratio": "0.1"},
                   {"cleanup.policy": "compact"}),
         TopicPlan(topics.dlq_topic, "DLQ",
                   {"cleanup.policy": "delete", "retention.ms": str(DLQ_RETENTION_MS),
-                   "max.message.bytes": size},
+                   MAX_MESSAGE_BYTES: size},
                   {}),
     ]
     if not with_wait_topic:
         plans = plans[1:]
     if topics.result_topic:
-        plans.append(TopicPlan(topics.result_topic, "result", {"max.message.bytes": size}, {}))
+        plans.append(TopicPlan(topics.result_topic, "result", {MAX_MESSAGE_BYTES: size}, {}))
     return plans
 
 
 async def ensure_topics(kafka: KafkaConfig, topics: TopicConfig, *,
-                        with_wait_topic: bool = True) -> None:
-    """Check inputs exist; create or verify wait/DLQ/result topics. Raises TopicSetupError."""
+                        with_wait_topic: bool = True) -> dict[str, int]:
+    """Check inputs exist; create or verify wait/DLQ/result topics. Raises TopicSetupError.
+
+    Returns each written topic's `max.message.bytes`, so oversized records are caught before
+    they are sent."""
     admin = AIOKafkaAdminClient(**kafka.client_options())
     try:
         await admin.start()
-        await _ensure(admin, topics, with_wait_topic)
+        return await _ensure(admin, topics, with_wait_topic)
     except KafkaError as exc:
         raise TopicSetupError(f"cannot check topics on {kafka.bootstrap_servers}: {exc!r}") from exc
     finally:
@@ -68,7 +73,7 @@ async def ensure_topics(kafka: KafkaConfig, topics: TopicConfig, *,
 
 
 async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
-                  with_wait_topic: bool) -> None:
+                  with_wait_topic: bool) -> dict[str, int]:
     described = await admin.describe_topics(list(topics.input_topics))
     partitions = {t["topic"]: len(t["partitions"]) for t in described
                   if t["error_code"] != UNKNOWN_TOPIC}
@@ -83,9 +88,10 @@ async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
     existing = {t["topic"] for t in await admin.describe_topics([p.name for p in plans])
                 if t["error_code"] != UNKNOWN_TOPIC}
     # Existing topics first: a pod that will refuse to start must not create the others.
+    limits = {plan.name: int(plan.configs[MAX_MESSAGE_BYTES]) for plan in plans}
     for plan in plans:
-        if plan.required and plan.name in existing:
-            await _check_configs(admin, plan)
+        if plan.name in existing:
+            limits[plan.name] = await _check_configs(admin, plan)
     to_create = [p for p in plans if p.name not in existing]
     if to_create and not topics.create_missing:
         names = ", ".join(f"{p.role} topic {p.name}" for p in to_create)
@@ -101,10 +107,12 @@ async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
                      wanted_partitions)
         except TopicAlreadyExistsError:
             pass  # another pod of the group created it first
+    return limits
 
 
-async def _check_configs(admin: AIOKafkaAdminClient, plan: TopicPlan) -> None:
-    wanted = dict.fromkeys(plan.required)
+async def _check_configs(admin: AIOKafkaAdminClient, plan: TopicPlan) -> int:
+    """Check an existing topic's required settings; returns its max.message.bytes."""
+    wanted = dict.fromkeys([*plan.required, MAX_MESSAGE_BYTES])
     responses = await admin.describe_configs(
         [ConfigResource(ConfigResourceType.TOPIC, plan.name, wanted)])
     actual: dict[str, str] = {}
@@ -117,3 +125,4 @@ async def _check_configs(admin: AIOKafkaAdminClient, plan: TopicPlan) -> None:
                 f"{plan.role} topic {plan.name} has {name}={actual.get(name)!r}; it must be "
                 f"{value!r} (alter it with kafka-configs, or name another topic)"
             )
+    return int(actual.get(MAX_MESSAGE_BYTES) or BROKER_DEFAULT_MAX_MESSAGE_BYTES)

@@ -68,6 +68,11 @@ class OffsetWatermark:
         return self._end
 
     @property
+    def end(self) -> int | None:
+        """One past the highest tracked offset; None before any is tracked."""
+        return self._end
+
+    @property
     def pending(self) -> int:
         """How many tracked offsets are not yet prepared."""
         return len(self._unprepared)
@@ -102,6 +107,13 @@ class PartitionWatermarks:
         if watermark is None:
             raise ValueError(f"partition {tp[0]}/{tp[1]} has no tracked offsets")
         watermark.mark_prepared(offset)
+
+    def went_back(self, tp: TopicPartitionKey, offset: int) -> bool:
+        """True when `offset` is below an offset of `tp` already tracked (tracking it would be
+        refused: the partition's log was truncated or its topic recreated)."""
+        watermark = self._watermarks.get(tp)
+        end = None if watermark is None else watermark.end
+        return end is not None and offset < end
 
     def pending(self, tp: TopicPartitionKey) -> int:
         """How many of `tp`'s tracked offsets are not yet prepared (0 for an unknown one)."""

@@ -38,7 +38,14 @@ Encoding decisions:
 from __future__ import annotations
 
 from dispatcher.wire.decode import parse_dlq_record, parse_wait_record
-from dispatcher.wire.encode import dlq_record, tombstone_of, wait_record, wait_tombstone
+from dispatcher.wire.encode import (
+    dlq_record,
+    dlq_reference_record,
+    record_sizes,
+    tombstone_of,
+    wait_record,
+    wait_tombstone,
+)
 from dispatcher.wire.fields import (
     decode_original_headers,
     decode_original_key,
@@ -56,6 +63,7 @@ from dispatcher.wire.model import (
     ORIGINAL_HEADERS,
     ORIGINAL_KEY,
     ORIGINAL_OFFSET,
+    ORIGINAL_OMITTED,
     ORIGINAL_PARTITION,
     ORIGINAL_TIMESTAMP,
     ORIGINAL_TOPIC,
@@ -81,6 +89,7 @@ __all__ = [
     "ORIGINAL_HEADERS",
     "ORIGINAL_KEY",
     "ORIGINAL_OFFSET",
+    "ORIGINAL_OMITTED",
     "ORIGINAL_PARTITION",
     "ORIGINAL_TIMESTAMP",
     "ORIGINAL_TOPIC",
@@ -97,12 +106,14 @@ __all__ = [
     "decode_original_headers",
     "decode_original_key",
     "dlq_record",
+    "dlq_reference_record",
     "encode_original_headers",
     "encode_original_key",
     "format_expiration",
     "parse_dlq_record",
     "parse_expiration",
     "parse_wait_record",
+    "record_sizes",
     "tombstone_of",
     "wait_id_for",
     "wait_record",

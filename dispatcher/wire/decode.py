@@ -21,6 +21,7 @@ from dispatcher.wire.model import (
     ORIGINAL_HEADERS,
     ORIGINAL_KEY,
     ORIGINAL_OFFSET,
+    ORIGINAL_OMITTED,
     ORIGINAL_PARTITION,
     ORIGINAL_TIMESTAMP,
     ORIGINAL_TOPIC,
@@ -87,6 +88,7 @@ def parse_dlq_record(
             stacktrace=ours.optional(STACKTRACE),
         ),
         group=ours.optional(DISPATCHER_GROUP),
+        original_omitted=ours.optional(ORIGINAL_OMITTED) == "true",
     )
 
 
@@ -109,6 +111,7 @@ class _OurHeaders:
             EXCEPTION_MESSAGE,
             STACKTRACE,
             DISPATCHER_GROUP,
+            ORIGINAL_OMITTED,
         }
     )
 

@@ -14,6 +14,7 @@ from dispatcher.wire.model import (
     ORIGINAL_HEADERS,
     ORIGINAL_KEY,
     ORIGINAL_OFFSET,
+    ORIGINAL_OMITTED,
     ORIGINAL_PARTITION,
     ORIGINAL_TIMESTAMP,
     ORIGINAL_TOPIC,
@@ -65,6 +66,33 @@ def dlq_record(source: SourceRecord, group: str, failure: Failure) -> OutgoingRe
     return OutgoingRecord(
         key=source.key, value=source.value, headers=(*source.headers, *_encode_texts(ours))
     )
+
+
+def dlq_reference_record(source: SourceRecord, group: str, failure: Failure) -> OutgoingRecord:
+    """A DLQ record that references `source` instead of copying it, for an original too large
+    to copy: its coordinates and timestamp, the failure, ORIGINAL_OMITTED; no key, value or
+    original headers (the original stays readable in its input topic)."""
+    wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+    reference = SourceRecord(topic=source.topic, partition=source.partition,
+                             offset=source.offset, key=None, value=None, headers=(),
+                             timestamp_ms=source.timestamp_ms)
+    ours = [
+        *_origin_headers(reference),
+        (WAIT_EXPIRATION_UUID, str(wait_id)),
+        (EXCEPTION, _cap(failure.exception, keep_tail=False)),
+        (EXCEPTION_MESSAGE, _cap(failure.message, keep_tail=False)),
+        (DISPATCHER_GROUP, group),
+        (ORIGINAL_OMITTED, "true"),
+    ]
+    return OutgoingRecord(key=None, value=None, headers=_encode_texts(ours))
+
+
+def record_sizes(source: SourceRecord) -> str:
+    """The sizes of `source`'s parts, for a message about a record too large to copy."""
+    header_bytes = sum(len(name.encode("utf-8", "backslashreplace")) + len(value or b"")
+                       for name, value in source.headers)
+    return (f"key {len(source.key or b'')} bytes, value {len(source.value or b'')} bytes, "
+            f"{len(source.headers)} headers of {header_bytes} bytes")
 
 
 def _wait_topic_record(

@@ -18,6 +18,8 @@ EXCEPTION = "Exception"
 EXCEPTION_MESSAGE = "ExceptionMessage"
 STACKTRACE = "Stacktrace"
 DISPATCHER_GROUP = "DispatcherGroup"
+ORIGINAL_OMITTED = "ORIGINAL_OMITTED"
+"""On a DLQ record that only references its original (too large to copy): value "true"."""
 
 Headers = tuple[tuple[str, bytes | None], ...]
 """Kafka record headers in order; names may repeat and a value may be null."""
@@ -85,6 +87,9 @@ class DlqEntry:
     wait_id: uuid.UUID | None
     failure: Failure
     group: str | None
+    original_omitted: bool = False
+    """True for a reference record: `source` has the coordinates and timestamp only; the
+    original's key, value and headers are read from its input topic."""
 
 
 def wait_id_for(group: str, topic: str, partition: int, offset: int) -> uuid.UUID:

@@ -85,15 +85,29 @@ async def produce_records(bootstrap: str, topic: str,
         base_ms = int(time.time() * 1000)
         for index, record in enumerate(records):
             timestamp_ms = base_ms + index  # explicit, so the test knows it exactly
-            metadata = await producer.send_and_wait(
-                topic, record.value, key=record.key, partition=record.partition,
-                headers=list(record.headers), timestamp_ms=timestamp_ms)
+            if record.key is None and record.value is None:
+                metadata = await _send_null_key_and_value(producer, topic, record, timestamp_ms)
+            else:
+                metadata = await producer.send_and_wait(
+                    topic, record.value, key=record.key, partition=record.partition,
+                    headers=list(record.headers), timestamp_ms=timestamp_ms)
             sent.append(SourceRecord(topic=topic, partition=metadata.partition,
                                      offset=metadata.offset, key=record.key, value=record.value,
                                      headers=record.headers, timestamp_ms=timestamp_ms))
     finally:
         await producer.stop()
     return sent
+
+
+async def _send_null_key_and_value(producer: AIOKafkaProducer, topic: str, record: InputRecord,
+                                   timestamp_ms: int) -> Any:
+    """aiokafka's `send` refuses a record with neither key nor value (Java clients write them);
+    its batch API does not, so inputs like those of other clients can be written."""
+    batch = producer.create_batch()
+    batch.append(key=None, value=None, timestamp=timestamp_ms, headers=list(record.headers))
+    batch.close()
+    delivered = await producer.send_batch(batch, topic, partition=record.partition or 0)
+    return await delivered
 
 
 async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:

@@ -31,7 +31,8 @@ from dispatcher.wire import (
     wait_record,
     wait_tombstone,
 )
-from spark_jobs.reconcile import CycleReport, ReconcileConfig, ReconcileJob, parse_kafka_options
+from spark_jobs.config import ReconcileConfig, parse_kafka_options
+from spark_jobs.reconcile import CycleReport, ReconcileJob
 from spark_jobs.session import SparkSettings, build_session
 
 pytestmark = pytest.mark.spark

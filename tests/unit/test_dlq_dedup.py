@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dispatcher import wire
 from dispatcher.dlq.ledger import LedgerEntry, ReplayLedger, ledger_record, parse_ledger_record
-from dispatcher.dlq.plan import ReplayPlan, ReplayPlanner, ReplayRequest
+from dispatcher.dlq.plan import ReplayPlan, ReplayPlanner, ReplayRequest, Verdict
 from dispatcher.dlq.records import DlqCoordinates, DlqRecord
 from dispatcher.wire import Failure, SourceRecord
 
@@ -122,3 +122,15 @@ def test_each_wait_id_goes_once_and_none_replayed_before(
         assert (item.timestamp_ms, item.coordinates.partition,
                 item.coordinates.offset) == oldest
     assert len(plan.items) + plan.duplicate_wait_id + plan.already_replayed == len(records)
+
+
+def test_a_reference_dlq_record_is_never_replayed() -> None:
+    """A DLQ record that only references an original too large to copy carries no key, value or
+    headers: replaying it would write an empty record in the original's place."""
+    source = original(3)
+    out = wire.dlq_reference_record(source, GROUP, Failure("RecordTooLargeError", "too big"))
+    reference = DlqRecord.parse(DlqCoordinates(0, 0), 1_000, out.key, out.value, out.headers)
+    planner = ReplayPlanner(ReplayRequest(force=True), ReplayLedger(), 50)
+    assert planner.consider(reference) is Verdict.REFERENCE_ONLY
+    assert planner.plan().items == ()
+    assert planner.plan().reference_only == 1

@@ -10,7 +10,7 @@ import pytest
 
 from dispatcher.errors import ConfigError
 from loadtest.compare import write_json
-from loadtest.mirror_bench import (
+from loadtest.mirror_bench_core import (
     MirrorBenchRow,
     MirrorBenchSpec,
     VisibleSample,

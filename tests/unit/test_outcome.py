@@ -323,3 +323,16 @@ def test_extra_header_names_must_be_http_tokens(name: str) -> None:
 def test_extra_header_values_must_be_one_line() -> None:
     with pytest.raises(ConfigError, match="must be text on one line"):
         CounterpartySettings(url=URL, extra_headers={"X-Tenant": "eu\r\nX-Evil: 1"})
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "1²", "٣"])
+def test_retry_after_with_non_ascii_digits_is_unreadable_not_a_crash(value: str) -> None:
+    """Defect 7: str.isdigit() accepts superscripts and other scripts' digits, and int() or
+    float() then raised ValueError inside the call (RFC 9110 delta-seconds are ASCII digits)."""
+    assert parse_retry_after_s(value, now=NOW) is None
+
+
+@given(st.text(max_size=30))
+def test_retry_after_never_raises(value: str) -> None:
+    result = parse_retry_after_s(value, now=NOW)
+    assert result is None or result >= 0

@@ -447,6 +447,33 @@ def test_dlq_record_rebuilds_the_original_record_exactly(
     assert entry.wait_id == wire.wait_id_for(group, source.topic, source.partition, source.offset)
 
 
+@given(sources(values=st.none() | st.binary(max_size=60)), st.text(max_size=20), failures)
+def test_a_reference_dlq_record_names_the_original_without_copying_it(
+    source: SourceRecord, group: str, failure: Failure
+) -> None:
+    record = wire.dlq_reference_record(source, group, failure)
+    assert (record.key, record.value) == (None, None)
+    entry = wire.parse_dlq_record(record.key, record.value, list(record.headers))
+    assert entry.original_omitted
+    assert (entry.source.topic, entry.source.partition, entry.source.offset,
+            entry.source.timestamp_ms) == (source.topic, source.partition, source.offset,
+                                           source.timestamp_ms)
+    assert (entry.source.key, entry.source.value, entry.source.headers) == (None, None, ())
+    assert entry.failure == Failure(failure.exception, failure.message, None)
+    assert entry.wait_id == wire.wait_id_for(group, source.topic, source.partition, source.offset)
+    assert not wire.parse_dlq_record(*_parts(wire.dlq_record(source, group, failure))
+                                     ).original_omitted
+
+
+def test_record_sizes_names_every_part() -> None:
+    source = make_source(key=b"kk", value=b"v" * 10, headers=(("a", b"12"), ("b", None)))
+    assert wire.record_sizes(source) == "key 2 bytes, value 10 bytes, 2 headers of 4 bytes"
+
+
+def _parts(record: wire.OutgoingRecord) -> tuple[bytes | None, bytes | None, Headers]:
+    return record.key, record.value, record.headers
+
+
 def test_dlq_failure_texts_are_capped_keeping_the_innermost_frames() -> None:
     long_message = "m" * (wire.MAX_FAILURE_TEXT_CHARS + 10)
     long_trace = "outer\n" + "x" * wire.MAX_FAILURE_TEXT_CHARS + "\ninnermost"

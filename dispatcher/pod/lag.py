@@ -1,0 +1,92 @@
+"""The engine's lag gauges: committed-offset lag, actuality lag, and per partition the oldest
+record holding back the commit (stuck-record visibility), set once per commit interval."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer
+
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UnpreparedRecord:
+    """A fetched record whose wait record (or DLQ record) is not yet durable."""
+
+    generation: int
+    timestamp_ms: int
+    fetched_at: float  # monotonic seconds
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    abandoned: bool = False  # its partition was revoked before the prepare finished
+    reason: str = "its wait record to be acknowledged"
+
+
+Unprepared = dict[TopicPartitionKey, dict[int, UnpreparedRecord]]
+
+
+class LagReporter:
+    """Reads the engine's bookkeeping (never changes it) and sets the lag gauges."""
+
+    def __init__(self, *, consumer: AIOKafkaConsumer, watermarks: PartitionWatermarks,
+                 unprepared: Unprepared, metrics: DispatcherMetrics, stalls: StallTracker,
+                 clock: Callable[[], float]) -> None:
+        self._consumer = consumer
+        self._watermarks = watermarks
+        self._unprepared = unprepared
+        self._metrics = metrics
+        self._tracker = stalls
+        self._clock = clock
+        self.stalls: list[PartitionStall] = []
+
+    def committed(self, tp: TopicPartitionKey, now: float) -> None:
+        self._tracker.committed(tp, now)
+
+    def forget(self, tp: TopicPartitionKey) -> None:
+        self._tracker.forget(tp)
+        self._metrics.forget_partition(tp)
+
+    def update(self, last_fetched_ms: int | None) -> None:
+        lag = 0
+        for tp in self._consumer.assignment():
+            highwater = self._consumer.highwater(tp)
+            committed = self._watermarks.last_committed((tp.topic, tp.partition))
+            if highwater is not None:
+                lag += max(0, highwater - (committed or 0))
+        self._metrics.commit_lag.set(lag)
+        oldest = [p.timestamp_ms for ps in self._unprepared.values() for p in ps.values()]
+        now_ms = self._clock() * 1000
+        if oldest:
+            self._metrics.actuality_lag.set(max(0.0, (now_ms - min(oldest)) / 1000))
+        elif lag > 0 and last_fetched_ms is not None:
+            self._metrics.actuality_lag.set(max(0.0, (now_ms - last_fetched_ms) / 1000))
+        else:
+            self._metrics.actuality_lag.set(0)
+        self._update_stalls()
+
+    def _update_stalls(self) -> None:
+        now = time.monotonic()
+        due = self._watermarks.commits_due()
+        stalls = []
+        for tp in self._consumer.assignment():
+            key = (tp.topic, tp.partition)
+            pending = self._unprepared.get(key)
+            oldest = None
+            if pending:
+                offset = min(pending)
+                record = pending[offset]
+                oldest = Pending(offset, record.fetched_at, f"waiting for {record.reason}")
+            stall = self._tracker.observe(key, oldest, bool(pending) or key in due, now)
+            self._metrics.set_partition_stall(stall)
+            if stall.warn:
+                log.warning("stalled partition: %s", stall.describe())
+            stalls.append(stall)
+        self.stalls = stalls
