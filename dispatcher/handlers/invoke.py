@@ -36,9 +36,25 @@ from dispatcher.pod.outcome import (
 )
 from dispatcher.wire import Failure, SourceRecord
 
-__all__ = ["HandlerCounterparty", "next_pause_s", "record_for", "result_bytes"]
+__all__ = [
+    "HandlerCounterparty",
+    "handler_retry_policy",
+    "next_pause_s",
+    "record_for",
+    "result_bytes",
+]
 
 Sleep = Callable[[float], Awaitable[None]]
+
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_MAX_S = 5.0
+"""The first and largest backoff ceilings between `Retryable` attempts: the built-in HTTP
+client's defaults (`CounterpartySettings`), so both pods retry alike."""
+
+
+def handler_retry_policy(deadline_s: float) -> RetryPolicy:
+    """The retry policy of a pod running a handler under `--deadline`."""
+    return RetryPolicy(initial_s=BACKOFF_INITIAL_S, max_s=BACKOFF_MAX_S, deadline_s=deadline_s)
 
 
 def record_for(source: SourceRecord, idempotency_key: str, wait_id: str) -> Record:
