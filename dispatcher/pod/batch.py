@@ -76,7 +76,7 @@ class BatchEngine:
             return
         wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
                                   source.offset))
-        outcome = await self._counterparty.call(CallRequest(source.value, wait_id))
+        outcome = await self._counterparty.call(CallRequest(source.value, wait_id, source))
         self._metrics.call_latency.observe(outcome.elapsed_s)
         await self._outcomes.settle(source, wait_id, outcome)
 

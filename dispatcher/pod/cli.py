@@ -47,8 +47,13 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                      _TOPICS)],
     group: Annotated[str, _opt("Consumer group; also names the default wait/DLQ topics.",
                                "GROUP", _TOPICS)],
-    counterparty_url: Annotated[str, _opt("URL each record value is POSTed to.",
-                                          "COUNTERPARTY_URL", _WINDOW)],
+    handler: Annotated[str | None, _opt("Your handler, package.module:attribute (imported from "
+                                        "the working directory or PYTHONPATH): an async "
+                                        "function handle(record) or a factory; replaces "
+                                        "--counterparty-url.", "HANDLER", _WINDOW)] = None,
+    counterparty_url: Annotated[str | None, _opt("URL each record value is POSTed to (the "
+                                                 "built-in HTTP client, without --handler).",
+                                                 "COUNTERPARTY_URL", _WINDOW)] = None,
     mode: Annotated[Mode, _opt("at-least-once (wait topic) or batch (the classic loop).",
                                "MODE", _WINDOW)] = Mode.AT_LEAST_ONCE,
     concurrency: Annotated[int, _opt("Records in flight (the window N).", "CONCURRENCY",

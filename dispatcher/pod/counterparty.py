@@ -39,6 +39,7 @@ from dispatcher.pod.outcome import (
     deadline_outcome,
     final_outcome,
 )
+from dispatcher.wire import SourceRecord
 
 __all__ = [
     "CallOutcome",
@@ -60,10 +61,14 @@ _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~
 
 @dataclass(frozen=True, slots=True)
 class CallRequest:
-    """One record to send: the value bytes, and the wait id as idempotency key."""
+    """One record to send: the value bytes and the idempotency key (the wait id unless a replay
+    keeps its original one); a handler also sees the consumed record and its wait id."""
 
     body: bytes
     idempotency_key: str
+    source: SourceRecord | None = None
+    wait_id: str | None = None
+    """None: the same as `idempotency_key`."""
 
 
 class Counterparty(Protocol):

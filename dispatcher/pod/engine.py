@@ -302,7 +302,7 @@ class AtLeastOnceEngine:
                          "the next owner calls it", *key, source.offset)
                 return
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
-            outcome = await self._call(source.value, wait_id)
+            outcome = await self._call(source.value, wait_id, source)
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
             await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
@@ -315,12 +315,12 @@ class AtLeastOnceEngine:
         finally:
             pending.done.set()
 
-    async def _call(self, body: bytes, wait_id: str) -> CallOutcome:
+    async def _call(self, body: bytes, wait_id: str, source: SourceRecord) -> CallOutcome:
         """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost
         outcome (the record is prepared: it must still end with a DLQ record and a tombstone)."""
         started = time.monotonic()
         try:
-            return await self._counterparty.call(CallRequest(body, wait_id))
+            return await self._counterparty.call(CallRequest(body, wait_id, source))
         except Exception as exc:  # any client failure must still settle the record
             log.exception("counterparty client failed unexpectedly for wait id %s", wait_id)
             failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())

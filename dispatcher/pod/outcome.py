@@ -121,15 +121,27 @@ def parse_retry_after_s(value: str, *, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
+class ResultValue(enum.Enum):
+    """Where a successful call's result record comes from when no handler gave one."""
+
+    CALL_SUMMARY = "call-summary"
+    """Waitline's JSON summary of the call (the built-in `HttpCounterparty`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallOutcome:
-    """How one call ended: `ok` with the final status, or a `failure` ready for a DLQ record."""
+    """How one call ended: `ok` with the final status, or a `failure` ready for a DLQ record.
+
+    `result` is the result record's value: a handler's return value as bytes, None for no
+    result record, or `ResultValue.CALL_SUMMARY` for the JSON summary.
+    """
 
     ok: bool
     status: int | None
     attempts: int
     elapsed_s: float
     failure: Failure | None
+    result: bytes | ResultValue | None = ResultValue.CALL_SUMMARY
 
 
 def final_outcome(attempt: Attempt, *, attempts: int, elapsed_s: float) -> CallOutcome:

@@ -7,13 +7,16 @@ committed; the process exits 0. What is still in flight then stays in the wait r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
+from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.pod.batch import BatchEngine
-from dispatcher.pod.counterparty import HttpCounterparty
+from dispatcher.pod.counterparty import Counterparty, CounterpartySettings, HttpCounterparty
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
@@ -46,7 +49,9 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
     return (f"mode={window.mode} concurrency={window.concurrency} deadline={settings.deadline:g}s"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
-            f"({kafka.security_protocol}); counterparty={settings.counterparty_url}")
+            f"({kafka.security_protocol}); "
+            + (f"handler={settings.handler}" if settings.handler
+               else f"counterparty={settings.counterparty_url}"))
 
 
 async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None) -> None:
@@ -55,7 +60,9 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     kafka = settings.kafka()
     topics = settings.topics(local_stack=is_loopback(kafka.bootstrap_servers))
     window = settings.window()
-    counterparty_settings = settings.counterparty()  # validates the URL before any I/O
+    # Both validate before any I/O: the URL, or the handler's module and shape.
+    handler = load_handler(settings.handler) if settings.handler else None
+    counterparty_settings = None if handler else settings.counterparty()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _stopper(stop, signum))
@@ -78,7 +85,8 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     try:
         await producer.start()
         await consumer.start()
-        async with HttpCounterparty(counterparty_settings) as counterparty:
+        async with _open_counterparty(handler, counterparty_settings,
+                                      settings.deadline) as counterparty:
             writer = AckedWriter(producer, topic_limits=limits)
             engine: Engine
             if window.mode is Mode.BATCH:
@@ -104,6 +112,19 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
         await stop_quietly(producer)
         _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+@contextlib.asynccontextmanager
+async def _open_counterparty(handler: LoadedHandler | None,
+                             http: CounterpartySettings | None,
+                             deadline_s: float) -> AsyncIterator[Counterparty]:
+    """The user's handler (opened once, closed on stop) or the built-in HTTP client."""
+    if handler is not None:
+        async with handler.open() as opened:
+            yield HandlerCounterparty(opened, handler_retry_policy(deadline_s))
+    elif http is not None:
+        async with HttpCounterparty(http) as client:
+            yield client
 
 
 def _remove_handlers(loop: asyncio.AbstractEventLoop) -> None:

@@ -166,7 +166,8 @@ class DispatchSettings(KafkaClientSettings):
 
     input_topic: str = Field(description="topic(s) to consume, comma-separated")
     group: str
-    counterparty_url: str
+    counterparty_url: str | None = None
+    handler: str | None = None
     mode: Mode = Mode.AT_LEAST_ONCE
     concurrency: int = Field(100, ge=1, le=100_000)
     deadline: float = 60.0
@@ -205,6 +206,14 @@ class DispatchSettings(KafkaClientSettings):
             )
         if not self.input_topics():
             raise ValueError("--input-topic names no topic")
+        if (self.handler is None) == (self.counterparty_url is None):
+            raise ValueError(
+                "give --counterparty-url (the built-in HTTP client POSTs each value there) or "
+                "--handler package.module:attribute (your own async function), not both"
+                if self.handler else
+                "give --counterparty-url (the built-in HTTP client) or --handler "
+                "package.module:attribute (your own async function)"
+            )
         if self.rebalance_timeout < 2 * self.commit_interval or self.rebalance_timeout < 2:
             raise ValueError(
                 f"--rebalance-timeout ({self.rebalance_timeout:g} s) must be at least 2 s and "
@@ -237,6 +246,9 @@ class DispatchSettings(KafkaClientSettings):
                             stall_warning_s=self.stall_warning)
 
     def counterparty(self) -> CounterpartySettings:
+        """The built-in HTTP client's settings (only without --handler)."""
+        if self.counterparty_url is None:
+            raise ConfigError("no --counterparty-url: this pod runs --handler")
         return CounterpartySettings(url=self.counterparty_url, deadline_s=self.deadline,
                                     max_connections=self.concurrency)
 

@@ -15,7 +15,7 @@ from aiokafka.structs import ConsumerRecord
 from dispatcher.errors import RecordTooLargeError
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import CallOutcome
+from dispatcher.pod.outcome import CallOutcome, ResultValue
 from dispatcher.pod.settings import TopicConfig
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
@@ -45,14 +45,23 @@ def source_record(record: ConsumerRecord[bytes, bytes]) -> SourceRecord:
     )
 
 
-def result_record(source: SourceRecord, wait_id: str, outcome: CallOutcome) -> OutgoingRecord:
-    """The business result: the source key, a JSON summary of the call, source coordinates."""
-    body = {"waitId": wait_id, "status": outcome.status, "attempts": outcome.attempts,
-            "elapsedSeconds": round(outcome.elapsed_s, 6)}
+def result_record(source: SourceRecord, wait_id: str,
+                  outcome: CallOutcome) -> OutgoingRecord | None:
+    """The business result: the source key, source coordinates as headers, and as value the
+    handler's return value, or the built-in client's JSON summary of the call; None when the
+    handler returned None (no result record)."""
+    if outcome.result is None:
+        return None
+    if outcome.result is ResultValue.CALL_SUMMARY:
+        value = json.dumps({"waitId": wait_id, "status": outcome.status,
+                            "attempts": outcome.attempts,
+                            "elapsedSeconds": round(outcome.elapsed_s, 6)}).encode()
+    else:
+        value = outcome.result
     headers = ((ORIGINAL_TOPIC, source.topic.encode()),
                (ORIGINAL_PARTITION, str(source.partition).encode()),
                (ORIGINAL_OFFSET, str(source.offset).encode()))
-    return OutgoingRecord(key=source.key, value=json.dumps(body).encode(), headers=headers)
+    return OutgoingRecord(key=source.key, value=value, headers=headers)
 
 
 class OutcomeWriter:
@@ -66,10 +75,10 @@ class OutcomeWriter:
 
     async def settle(self, source: SourceRecord, wait_id: str, outcome: CallOutcome) -> None:
         if outcome.ok:
-            if self._topics.result_topic:
+            result = result_record(source, wait_id, outcome)
+            if self._topics.result_topic and result is not None:
                 try:
-                    await self._writer.write(self._topics.result_topic,
-                                             result_record(source, wait_id, outcome))
+                    await self._writer.write(self._topics.result_topic, result)
                 except RecordTooLargeError as exc:
                     await self.dead_letter(source, Failure(RECORD_TOO_LARGE, f"the call "
                                                            f"succeeded but its result: {exc}"))

@@ -343,12 +343,14 @@ def dispatch_argv(**flags: str | int | bool) -> list[str]:
 
 
 class DispatcherProcess:
-    """A `waitline dispatch` subprocess whose output goes to `log_path`; killed on exit if it is
-    still running. `async with DispatcherProcess(argv, log_path) as pod:`."""
+    """A `waitline dispatch` subprocess whose output goes to `log_path`, run in `cwd` if given;
+    killed on exit if it is still running. `async with DispatcherProcess(argv, log_path) as pod:`.
+    """
 
-    def __init__(self, argv: list[str], log_path: Path) -> None:
+    def __init__(self, argv: list[str], log_path: Path, cwd: Path | None = None) -> None:
         self._argv = argv
         self.log_path = log_path
+        self._cwd = cwd
         self._process: asyncio.subprocess.Process | None = None
 
     @property
@@ -385,7 +387,7 @@ class DispatcherProcess:
         with self.log_path.open("ab") as out:
             self._process = await asyncio.create_subprocess_exec(
                 *self._argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL)
+                stdin=asyncio.subprocess.DEVNULL, cwd=self._cwd)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

@@ -1,0 +1,75 @@
+"""The built-in HTTP handler on aiohttp (the fast default), built on the public handler contract.
+
+Run it with no code: `waitline dispatch --handler dispatcher.handlers.http:handler` and
+`WAITLINE_HTTP_URL=https://api.example.com/payments/{key}` (see `http_config` for every
+`WAITLINE_HTTP_*` variable). From Python: `AiohttpHandler(HttpHandlerConfig(url=...))` is an
+async context manager that opens the connection pool once and yields itself.
+
+Connection errors are `Retryable`, except an untrusted certificate, which will not fix itself.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+
+from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
+from dispatcher.handlers.http_exchange import HttpExchange
+from dispatcher.handlers.record import Record, Retryable
+
+__all__ = ["AiohttpHandler", "handler"]
+
+
+class AiohttpHandler:
+    """Sends each record as one HTTP request; the answer's body is the result record."""
+
+    def __init__(self, config: HttpHandlerConfig) -> None:
+        self.config = config
+        self._exchange = HttpExchange(config)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        # The config's secrets are SecretStr; the URL template and method are safe to show.
+        return f"AiohttpHandler({self.config.method} {self.config.url})"
+
+    async def __aenter__(self) -> Self:
+        connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0,
+                                         ssl=self.config.ssl_context() or True)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            # Only connecting gets its own bound: the pod's deadline bounds the whole call.
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout),
+        )
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def handle(self, record: Record) -> bytes:
+        session = self._session
+        if session is None:
+            raise RuntimeError("AiohttpHandler.handle outside `async with AiohttpHandler(...)`")
+        request = self._exchange.request_for(record)
+        try:
+            async with session.request(request.method, request.url, data=request.body,
+                                       headers=request.headers,
+                                       allow_redirects=False) as response:
+                body = await response.read()
+                retry_after = response.headers.get("Retry-After")
+                status = response.status
+        except aiohttp.ClientConnectorCertificateError:
+            raise
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise Retryable(f"{type(exc).__name__}: {exc}") from exc
+        return self._exchange.result_of(status, body, retry_after)
+
+
+def handler(**config: Any) -> AiohttpHandler:
+    """The factory behind `--handler dispatcher.handlers.http:handler`: config from
+    `WAITLINE_HTTP_*` variables, overridden by keyword arguments."""
+    return AiohttpHandler(load_http_config(**config))

@@ -1,0 +1,194 @@
+"""Running a user's handler as the engine's counterparty (`Counterparty.call` → `CallOutcome`).
+
+The engine keeps owning ordering, offsets, the wait topic, the DLQ and tombstones; this adapter
+owns one call: it builds the public `Record`, runs the handler under ONE deadline, retries
+`Retryable` with capped, jittered exponential backoff (or the handler's `delay_s`) inside that
+deadline, and turns the end into an outcome:
+
+- a return value → success; bytes and str (as UTF-8) become the result record's value, None
+  means no result record; any other type is a `TypeError` failure;
+- `Retryable` until the deadline → `TimeoutError`, naming the last retryable error;
+- the deadline striking during an attempt → `TimeoutError`;
+- any other exception → a failure with the exception's class name and message (the DLQ's
+  `Exception` / `ExceptionMessage`) and its stack trace.
+
+`asyncio.CancelledError` (shutdown) propagates, as the `Counterparty` contract says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from dispatcher.handlers.loader import Handler
+from dispatcher.handlers.record import HandlerResult, Record, Retryable
+from dispatcher.pod.counterparty import CallRequest
+from dispatcher.pod.outcome import (
+    Attempt,
+    CallOutcome,
+    RetryPolicy,
+    attempt_from_error,
+    deadline_outcome,
+)
+from dispatcher.wire import Failure, SourceRecord
+
+__all__ = [
+    "HandlerCounterparty",
+    "handler_retry_policy",
+    "next_pause_s",
+    "record_for",
+    "result_bytes",
+]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_MAX_S = 5.0
+"""The first and largest backoff ceilings between `Retryable` attempts: the built-in HTTP
+client's defaults (`CounterpartySettings`), so both pods retry alike."""
+
+
+def handler_retry_policy(deadline_s: float) -> RetryPolicy:
+    """The retry policy of a pod running a handler under `--deadline`."""
+    return RetryPolicy(initial_s=BACKOFF_INITIAL_S, max_s=BACKOFF_MAX_S, deadline_s=deadline_s)
+
+
+def record_for(source: SourceRecord, idempotency_key: str, wait_id: str) -> Record:
+    """The public view of a consumed record (its value is never None here)."""
+    if source.value is None:
+        raise ValueError("a record with a null value goes to the DLQ, never to a handler")
+    return Record(
+        topic=source.topic,
+        partition=source.partition,
+        offset=source.offset,
+        timestamp=datetime.fromtimestamp(source.timestamp_ms / 1000, tz=UTC),
+        key=source.key,
+        value=source.value,
+        headers=source.headers,
+        wait_id=wait_id,
+        idempotency_key=idempotency_key,
+    )
+
+
+def result_bytes(returned: object) -> bytes | None:
+    """A handler's return value as the result record's value; TypeError for other types."""
+    if returned is None or isinstance(returned, bytes):
+        return returned
+    if isinstance(returned, str):
+        return returned.encode()
+    raise TypeError(
+        f"the handler returned a {type(returned).__name__}; return bytes, str or None "
+        f"(None: no result record)"
+    )
+
+
+def next_pause_s(
+    policy: RetryPolicy,
+    attempts: int,
+    *,
+    delay_s: float | None,
+    elapsed_s: float,
+    uniform: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """Seconds to wait before attempt `attempts + 1`, never past the deadline.
+
+    The handler's `delay_s` is honoured when it fits before the deadline, else backoff (see
+    `RetryPolicy`); a pause is cut at the deadline, where the call ends as `TimeoutError`.
+    """
+    remaining_s = max(0.0, policy.deadline_s - elapsed_s)
+    pause = policy.pause_s(attempts, retry_after_s=delay_s, elapsed_s=elapsed_s, uniform=uniform)
+    return min(max(0.0, pause), remaining_s)
+
+
+class HandlerCounterparty:
+    """A `Counterparty` that calls a user's handler; never raises except on cancellation."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        policy: RetryPolicy,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._handler = handler
+        self._policy = policy
+        self._sleep = sleep
+        self._clock = clock
+
+    async def call(self, request: CallRequest) -> CallOutcome:
+        """Run the handler for `request.source` until it returns, fails, or the deadline."""
+        if request.source is None:
+            raise ValueError("a handler needs the consumed record: CallRequest.source is None")
+        wait_id = request.wait_id or request.idempotency_key
+        return await self.handle(record_for(request.source, request.idempotency_key, wait_id))
+
+    async def handle(self, record: Record) -> CallOutcome:
+        """The outcome of handling `record` (retries and the deadline included)."""
+        # Kept outside the deadline's scope so the outcome can still report them when it strikes.
+        attempts = 0
+        last_retryable: Attempt | None = None
+        running = False
+        started = self._clock()
+        deadline = asyncio.timeout(self._policy.deadline_s)
+        try:
+            async with deadline:
+                while True:
+                    attempts += 1
+                    running = True
+                    try:
+                        returned: HandlerResult = await self._handler.handle(record)
+                        running = False
+                        result = result_bytes(returned)
+                    except Retryable as exc:
+                        running = False
+                        last_retryable = _retryable_attempt(exc)
+                        await self._sleep(
+                            next_pause_s(
+                                self._policy,
+                                attempts,
+                                delay_s=exc.delay_s,
+                                elapsed_s=self._clock() - started,
+                            )
+                        )
+                        continue
+                    return CallOutcome(
+                        ok=True, status=None, attempts=attempts,
+                        elapsed_s=self._clock() - started, failure=None, result=result,
+                    )
+        except TimeoutError as exc:
+            if deadline.expired():
+                return deadline_outcome(
+                    last_retryable,
+                    attempts=attempts,
+                    elapsed_s=self._clock() - started,
+                    deadline_s=self._policy.deadline_s,
+                    waiting_for_answer=running,
+                )
+            return self._failed(exc, attempts, started)
+        except Exception as exc:  # noqa: BLE001 - whatever the handler raises goes to the DLQ
+            return self._failed(exc, attempts, started)
+
+    def _failed(self, exc: Exception, attempts: int, started: float) -> CallOutcome:
+        failure = Failure(
+            exception=type(exc).__name__,
+            message=str(exc),
+            stacktrace="".join(traceback.format_exception(exc)),
+        )
+        return CallOutcome(
+            ok=False, status=None, attempts=attempts, elapsed_s=self._clock() - started,
+            failure=failure, result=None,
+        )
+
+
+def _retryable_attempt(exc: Retryable) -> Attempt:
+    return attempt_from_error(
+        type(exc).__name__,
+        str(exc),
+        retriable=True,
+        stacktrace="".join(traceback.format_exception(exc)),
+    )

@@ -1,0 +1,1 @@
+"""Runnable handler examples for `waitline dispatch --handler examples.<module>:<attribute>`."""
