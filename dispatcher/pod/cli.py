@@ -70,6 +70,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     rebalance_timeout: Annotated[str, _opt("How long the group waits for this pod in a "
                                            "rebalance; a revoke waits half of it for "
                                            "prepares.", "REBALANCE_TIMEOUT", _WINDOW)] = "60s",
+    rate_limit: Annotated[str | None, _opt("Calls per second at most, per pod: 500/s, 30/min, "
+                                           "500/s:burst=50 (default: none).", "RATE_LIMIT",
+                                           _WINDOW)] = None,
     stall_warning: Annotated[str, _opt("Log a partition whose commit has not moved for this "
                                        "long, naming its oldest pending record.",
                                        "STALL_WARNING", _OBS)] = "60s",

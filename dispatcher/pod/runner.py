@@ -13,6 +13,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from dispatcher.flow.rate import RateLimit
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.pod.batch import BatchEngine
@@ -21,6 +22,7 @@ from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import DispatchSettings, KafkaConfig, Mode, TopicConfig
+from dispatcher.pod.throttle import RateLimitedCounterparty
 from dispatcher.pod.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,9 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
     window = settings.window()
     result = f", result → {topics.result_topic}" if topics.result_topic else ""
     wait = f", wait → {topics.wait_topic}" if window.mode is Mode.AT_LEAST_ONCE else ""
+    limit = f" rate-limit={settings.rate()}" if settings.rate_limit else ""
     return (f"mode={window.mode} concurrency={window.concurrency} deadline={settings.deadline:g}s"
+            f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
             f"({kafka.security_protocol}); "
@@ -85,8 +89,8 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     try:
         await producer.start()
         await consumer.start()
-        async with _open_counterparty(handler, counterparty_settings,
-                                      settings.deadline) as counterparty:
+        async with _open_counterparty(handler, counterparty_settings, settings.deadline,
+                                      settings.rate()) as counterparty:
             writer = AckedWriter(producer, topic_limits=limits)
             engine: Engine
             if window.mode is Mode.BATCH:
@@ -117,14 +121,21 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
 @contextlib.asynccontextmanager
 async def _open_counterparty(handler: LoadedHandler | None,
                              http: CounterpartySettings | None,
-                             deadline_s: float) -> AsyncIterator[Counterparty]:
+                             deadline_s: float,
+                             rate_limit: RateLimit | None) -> AsyncIterator[Counterparty]:
     """The user's handler (opened once, closed on stop) or the built-in HTTP client."""
     if handler is not None:
         async with handler.open() as opened:
-            yield HandlerCounterparty(opened, handler_retry_policy(deadline_s))
+            yield _limited(HandlerCounterparty(opened, handler_retry_policy(deadline_s)),
+                           rate_limit)
     elif http is not None:
         async with HttpCounterparty(http) as client:
-            yield client
+            yield _limited(client, rate_limit)
+
+
+def _limited(counterparty: Counterparty, rate_limit: RateLimit | None) -> Counterparty:
+    return counterparty if rate_limit is None else RateLimitedCounterparty(counterparty,
+                                                                           rate_limit)
 
 
 def _remove_handlers(loop: asyncio.AbstractEventLoop) -> None:

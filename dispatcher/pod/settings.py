@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
+from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
@@ -176,6 +177,7 @@ class DispatchSettings(KafkaClientSettings):
     drain_grace: float = 30.0
     rebalance_timeout: float = 60.0
     stall_warning: float = 60.0
+    rate_limit: str | None = None
     wait_topic: str | None = None
     dlq_topic: str | None = None
     result_topic: str | None = None
@@ -221,6 +223,20 @@ class DispatchSettings(KafkaClientSettings):
                 "it for prepares, then commits"
             )
         return self
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _valid_rate_limit(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_rate_limit(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+        return value
+
+    def rate(self) -> RateLimit | None:
+        """The parsed `--rate-limit`, None when there is none."""
+        return None if self.rate_limit is None else parse_rate_limit(self.rate_limit)
 
     def input_topics(self) -> tuple[str, ...]:
         return tuple(t.strip() for t in self.input_topic.split(",") if t.strip())
