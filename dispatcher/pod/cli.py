@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from dispatcher.errors import ConfigError, FatalError, WaitlineError
+from dispatcher.flow.ordering import OrderingMode
 from dispatcher.logs import configure_logging
 from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
 
@@ -70,6 +71,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     rebalance_timeout: Annotated[str, _opt("How long the group waits for this pod in a "
                                            "rebalance; a revoke waits half of it for "
                                            "prepares.", "REBALANCE_TIMEOUT", _WINDOW)] = "60s",
+    ordering: Annotated[OrderingMode, _opt("unordered; key: one call at a time per key, in offset "
+                                           "order; partition: one per partition.", "ORDERING",
+                                           _WINDOW)] = OrderingMode.UNORDERED,
     rate_limit: Annotated[str | None, _opt("Calls per second at most, per pod: 500/s, 30/min, "
                                            "500/s:burst=50 (default: none).", "RATE_LIMIT",
                                            _WINDOW)] = None,

@@ -18,18 +18,15 @@ next owner starts past them. A record whose prepare outlives that wait is abando
 called here (the next owner fetches and calls it). A partition's generation changes at revoke
 only, so records started while an assignment completes are never mistaken for stale ones.
 
-Commits have one owner at a time (`Committer`): a committed offset never goes back.
-
-Failing fast: a write that can never succeed (authorisation, a fenced or out-of-sequence
-producer) or an unexpected error in a record's task would leave a record that can never become
-committable. The engine then stops at once (no grace), commits only what is prepared, and
-`run` raises `FatalError`, so the pod exits non-zero and its orchestrator restarts it.
+Commits have one owner (`Committer`). A write that can never succeed, or an unexpected error in
+a record's task, stops the engine at once: `run` raises `FatalError` (docs/DESIGN.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import traceback
@@ -43,6 +40,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
+from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty
 from dispatcher.pod.kafka_io import AckedWriter
@@ -52,18 +50,21 @@ from dispatcher.pod.outcome import CallOutcome
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
     Rebalances,
+    cancel_left_over,
     fetch_fairly,
     first_set,
-    read_carefully,
+    read_past_unreadable,
     unreadable_reference,
 )
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
+from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
+    OutgoingRecord,
     SourceRecord,
     tombstone_of,
     wait_record,
@@ -73,8 +74,6 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
-CAREFUL_READ_LIMIT = 100  # per partition, when reading past an unreadable record
-SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
 
 
 def _key(tp: TopicPartition) -> TopicPartitionKey:
@@ -103,6 +102,8 @@ class AtLeastOnceEngine:
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._next_partition = 0  # where the next fair fetch starts
+        self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
+            window.ordering)
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
@@ -163,35 +164,19 @@ class AtLeastOnceEngine:
         while True:
             try:
                 await self._poll_once()
-            except UNREADABLE_ERRORS as exc:
-                await self._read_past_unreadable(exc)
+            except UNREADABLE_ERRORS as exc:  # e.g. a header name that is not UTF-8
+                await read_past_unreadable(
+                    self._consumer, self._watermarks.expected_next,
+                    lambda tp, records: self._start_all(_key(tp), records),
+                    functools.partial(self._start_unreadable, error=exc))
 
-    async def _read_past_unreadable(self, exc: Exception) -> None:
-        """aiokafka cannot parse a record (e.g. a header name that is not UTF-8): find it,
-        give it a reference DLQ record, and go on past it. Records sharing its batch may be
-        unreadable too; each gets its own reference. Nothing fetched is skipped unseen."""
-        log.warning("a fetched record cannot be parsed (%r); reading partitions one record "
-                    "at a time to find it", exc)
-        assignment = sorted(self._consumer.assignment(), key=_key)
-        for tp in assignment:  # back to where the engine expects each partition
-            expected = self._watermarks.expected_next(_key(tp))
-            if expected is not None:
-                self._consumer.seek(tp, expected)
-        for tp in assignment:
-            records, unreadable = await read_carefully(self._consumer, tp,
-                                                       CAREFUL_READ_LIMIT)
-            self._start_all(_key(tp), records)
-            if unreadable is not None:
-                self._start_unreadable(tp, unreadable, exc)
-                self._consumer.seek(tp, unreadable + 1)
-
-    def _start_unreadable(self, tp: TopicPartition, offset: int, exc: Exception) -> None:
+    def _start_unreadable(self, tp: TopicPartition, offset: int, *, error: Exception) -> None:
         key = _key(tp)
         self._watermarks.track(key, offset)
         pending = UnpreparedRecord(self._generation[key], int(self._clock() * 1000),
                                    time.monotonic(), reason="the DLQ record of an unreadable one")
         self._unprepared[key][offset] = pending
-        source, failure = unreadable_reference(tp, offset, exc)
+        source, failure = unreadable_reference(tp, offset, error)
         self._spawn(self._reference(source, failure, pending), f"{tp.topic}/{tp.partition}@"
                                                                f"{offset}")
 
@@ -229,12 +214,8 @@ class AtLeastOnceEngine:
 
     async def _poll_while_full(self) -> None:
         """The window stayed full: pause fetching, but keep polling so we stay in the group.
-
-        A rebalance during the wait (or inside this poll) assigns partitions that are not
-        paused, and the poll may return their records: those are started, not dropped, since
-        dropping them would let the watermark commit past records never prepared. The window
-        overshoots by at most one poll's worth, once per rebalance.
-        """
+        Records of partitions a rebalance just assigned (not paused) are started, not dropped:
+        the window overshoots by at most one poll's worth, once per rebalance."""
         self._consumer.pause(*self._consumer.assignment())
         batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
@@ -249,7 +230,10 @@ class AtLeastOnceEngine:
             self._watermarks.track(key, record.offset)
             pending = UnpreparedRecord(generation, record.timestamp, now)
             self._unprepared[key][record.offset] = pending
-            self._spawn(self._dispatch(source_record(record), pending),
+            turn = None
+            if self._turns is not None and record.value is not None:
+                turn = self._turns.admit((*key, record.offset), record.key)
+            self._spawn(self._dispatch(source_record(record), pending, turn),
                         f"{record.topic}/{record.partition}@{record.offset}")
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
@@ -262,10 +246,9 @@ class AtLeastOnceEngine:
         task.add_done_callback(self._finished)
 
     def _restart_partition(self, key: TopicPartitionKey, offset: int) -> None:
-        """The fetch position went back (the log was truncated, or the topic recreated with
-        the same name): what was tracked for the partition no longer describes its log."""
-        log.warning("%s/%d: fetched offset %d is below offsets already fetched (log truncated "
-                    "or topic recreated); restarting its bookkeeping from there", *key, offset)
+        """The fetch position went back (log truncated, topic recreated): start afresh."""
+        log.warning("%s/%d: fetched offset %d is below offsets already fetched; restarting its "
+                    "bookkeeping from there", *key, offset)
         self._watermarks.forget(key)
         self._unprepared.pop(key, None)
         self._generation[key] += 1
@@ -277,7 +260,8 @@ class AtLeastOnceEngine:
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._fail(exc, f"record {task.get_name()} failed unexpectedly")
 
-    async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord) -> None:
+    async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord,
+                        turn: asyncio.Event | None) -> None:
         key = (source.topic, source.partition)
         try:
             if source.value is None:
@@ -285,22 +269,19 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
                 self._mark_prepared(key, source.offset, pending)
                 return
-            expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
-            prepare = wait_record(source, self._topics.group, expires_at)
-            try:
-                await self._writer.write(self._topics.wait_topic, prepare)
-            except RecordTooLargeError as exc:
-                # It cannot be prepared: its DLQ record (or a reference to it) protects it.
-                self._metrics.produce_errors.labels("wait").inc()
-                pending.reason = "its DLQ record (too large to prepare) to be acknowledged"
-                await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, str(exc)))
+            prepare = await self._prepare(source, pending)
+            if turn is not None:  # --ordering: committable, and called, in its turn only
+                pending.reason = "its turn behind an earlier record of its key or partition"
+                await turn.wait()
+            if pending.abandoned:  # never marked prepared: the next owner calls it
+                log.info("%s/%d@%d: its partition was revoked before it could start; the "
+                         "next owner calls it", *key, source.offset)
+                return
+            if prepare is None:  # too large to prepare: its DLQ record protects it
+                await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
                 self._mark_prepared(key, source.offset, pending)
                 return
             self._mark_prepared(key, source.offset, pending)
-            if pending.abandoned:
-                log.info("%s/%d@%d: its partition was revoked before its prepare finished; "
-                         "the next owner calls it", *key, source.offset)
-                return
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
             outcome = await self._call(source.value, wait_id, source)
             self._metrics.call_latency.observe(outcome.elapsed_s)
@@ -314,6 +295,21 @@ class AtLeastOnceEngine:
                             "prepared, uncommitted)")
         finally:
             pending.done.set()
+            if self._turns is not None:
+                self._turns.release((source.topic, source.partition, source.offset))
+
+    async def _prepare(self, source: SourceRecord,
+                       pending: UnpreparedRecord) -> OutgoingRecord | None:
+        """Write the wait record; None when it is too large for the wait topic."""
+        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
+        prepare = wait_record(source, self._topics.group, expires_at)
+        try:
+            await self._writer.write(self._topics.wait_topic, prepare)
+        except RecordTooLargeError as exc:
+            self._metrics.produce_errors.labels("wait").inc()
+            pending.reason = str(exc)
+            return None
+        return prepare
 
     async def _call(self, body: bytes, wait_id: str, source: SourceRecord) -> CallOutcome:
         """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost
@@ -338,6 +334,9 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [_key(tp) for tp in revoked]
+        if self._turns is not None:
+            for _topic, partition, offset in (r for k in keys for r in self._turns.revoke(k)):
+                self._unprepared[(_topic, partition)][offset].abandoned = True  # not called here
         unfinished = [p for k in keys for p in self._unprepared.get(k, {}).values()]
         if unfinished:
             wait_s = self._window.revoke_wait_s
@@ -352,12 +351,25 @@ class AtLeastOnceEngine:
                             "not call their records, the next owner fetches them", len(left),
                             wait_s)
         await self._committer.commit(keys)
+        if self._turns is not None:  # the next owner must not call a key while we still do
+            await self._calls_finished(keys)
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
             self._generation[key] += 1  # what is still running for it is now stale
             self._lag.forget(key)
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
+
+    async def _calls_finished(self, keys: list[TopicPartitionKey]) -> None:
+        prefixes = tuple(f"{topic}/{partition}@" for topic, partition in keys)
+        calling = [t for t in self._tasks if t.get_name().startswith(prefixes)]
+        if calling:
+            _done, left = await asyncio.wait(calling, timeout=self._window.revoke_wait_s)
+            if left:
+                log.warning("revoke: %d calls of revoked partitions still running after %.0f s;"
+                            " their keys may overlap with the next owner's calls (keep "
+                            "--rebalance-timeout above twice --deadline)", len(left),
+                            self._window.revoke_wait_s)
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
@@ -384,15 +396,4 @@ class AtLeastOnceEngine:
                      self._window.drain_grace_s)
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
         await self._committer.commit()
-        if self._tasks:
-            names = sorted(task.get_name() for task in self._tasks)
-            listed = ", ".join(names[:SHUTDOWN_LOG_RECORDS])
-            more = len(names) - SHUTDOWN_LOG_RECORDS
-            log.warning("%d records still in flight at shutdown (%s%s): their wait records stay "
-                        "open in the registry; the reconciliation job sends them to the DLQ "
-                        "after they expire", len(names), listed,
-                        f", and {more} more" if more > 0 else "")
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-
+        await cancel_left_over(self._tasks)

@@ -1,10 +1,12 @@
 """Fetching for the engine: fair admission across partitions, reading past a record aiokafka
-cannot parse, and waiting for a stop."""
+cannot parse, the rebalance listener, and stopping (waiting for a stop, cancelling what is left
+after the drain)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -15,10 +17,14 @@ from dispatcher.wire import Failure, SourceRecord
 
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
+log = logging.getLogger(__name__)
+
+SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
 UNREADABLE_ERRORS = (UnicodeDecodeError, CorruptRecordException)
 """What aiokafka raises from `getmany` for a record it cannot parse (a header name that is not
 UTF-8, a corrupt batch): raised again on every poll, since the position stays before it."""
 CAREFUL_WAIT_MS = 1000
+CAREFUL_READ_LIMIT = 100  # per partition and pass
 UNREADABLE = "UnreadableRecordError"
 
 
@@ -29,6 +35,32 @@ def unreadable_reference(tp: TopicPartition, offset: int,
                           value=None, headers=(), timestamp_ms=-1)
     return source, Failure(UNREADABLE, f"the Kafka client cannot parse this record ({exc!r}); "
                                        "read it at its coordinates with another client")
+
+
+async def read_past_unreadable(
+    consumer: AIOKafkaConsumer,
+    expected_next: Callable[[tuple[str, int]], int | None],
+    start: Callable[[TopicPartition, list[ConsumerRecord[Any, Any]]], None],
+    start_unreadable: Callable[[TopicPartition, int], None],
+) -> None:
+    """aiokafka cannot parse a fetched record: find it, hand it to `start_unreadable` (which
+    gives it a reference DLQ record) and go on past it. Every partition first goes back to
+    where the engine expects it (`expected_next`), so nothing fetched is skipped unseen; the
+    records read on the way are handed to `start`. Records sharing the unreadable one's batch
+    may be unreadable too; each is found in its turn."""
+    log.warning("a fetched record cannot be parsed; reading partitions one record at a time "
+                "to find it")
+    assignment = sorted(consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
+    for tp in assignment:
+        expected = expected_next((tp.topic, tp.partition))
+        if expected is not None:
+            consumer.seek(tp, expected)
+    for tp in assignment:
+        records, unreadable = await read_carefully(consumer, tp, CAREFUL_READ_LIMIT)
+        start(tp, records)
+        if unreadable is not None:
+            start_unreadable(tp, unreadable)
+            consumer.seek(tp, unreadable + 1)
 
 
 async def read_carefully(consumer: AIOKafkaConsumer, tp: TopicPartition,
@@ -86,6 +118,22 @@ async def _getmany(consumer: AIOKafkaConsumer, *partitions: TopicPartition, time
     fetched: Fetched = await consumer.getmany(*partitions, timeout_ms=timeout_ms,
                                               max_records=max_records)
     return fetched
+
+
+async def cancel_left_over(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel the record tasks still running after the drain grace, naming them in a warning
+    (each task is named by its record's coordinates)."""
+    if not tasks:
+        return
+    names = sorted(task.get_name() for task in tasks)
+    more = len(names) - SHUTDOWN_LOG_RECORDS
+    log.warning("%d records still in flight at shutdown (%s%s): their wait records stay open in "
+                "the registry; the reconciliation job sends them to the DLQ after they expire",
+                len(names), ", ".join(names[:SHUTDOWN_LOG_RECORDS]),
+                f", and {more} more" if more > 0 else "")
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def first_set(*events: asyncio.Event) -> None:

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
+from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.pod.counterparty import CounterpartySettings
 
@@ -96,6 +97,7 @@ class WindowConfig:
     drain_grace_s: float
     rebalance_timeout_s: float = 60.0
     stall_warning_s: float = 60.0
+    ordering: OrderingMode = OrderingMode.UNORDERED
 
     @property
     def revoke_wait_s(self) -> float:
@@ -178,6 +180,7 @@ class DispatchSettings(KafkaClientSettings):
     rebalance_timeout: float = 60.0
     stall_warning: float = 60.0
     rate_limit: str | None = None
+    ordering: OrderingMode = OrderingMode.UNORDERED
     wait_topic: str | None = None
     dlq_topic: str | None = None
     result_topic: str | None = None
@@ -259,7 +262,8 @@ class DispatchSettings(KafkaClientSettings):
                             commit_interval_s=self.commit_interval,
                             drain_grace_s=self.drain_grace,
                             rebalance_timeout_s=self.rebalance_timeout,
-                            stall_warning_s=self.stall_warning)
+                            stall_warning_s=self.stall_warning,
+                            ordering=self.ordering)
 
     def counterparty(self) -> CounterpartySettings:
         """The built-in HTTP client's settings (only without --handler)."""

@@ -1,0 +1,55 @@
+"""`--ordering key|partition` for the engine: the flow core's `OrderingGate`, with an event per
+record that waits for its turn.
+
+A record is admitted when fetched (in offset order), written to the wait topic at once, and
+waits for its turn before its offset becomes committable and its call starts: a revoke then
+abandons the records still waiting (the next owner calls them, in order), so two pods never
+call records of one key at the same time. A waiting record counts toward the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from dispatcher.flow.ordering import OrderingGate, OrderingMode
+from dispatcher.pod.watermark import TopicPartitionKey
+
+RecordId = tuple[str, int, int]  # topic, partition, offset
+
+
+class Turns:
+    """Which records may call now; `admit` → wait for the returned event → `release`."""
+
+    def __init__(self, mode: OrderingMode) -> None:
+        self._gate: OrderingGate[RecordId] = OrderingGate(mode)
+        self._waiting: dict[RecordId, asyncio.Event] = {}
+        self._admitted: set[RecordId] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def admit(self, record: RecordId, key: bytes | None) -> asyncio.Event | None:
+        """None when the record may call at once; else an event set when its turn comes (or
+        when its partition is revoked)."""
+        self._admitted.add(record)
+        if self._gate.admit(record, record[:2], key):
+            return None
+        turn = self._waiting[record] = asyncio.Event()
+        return turn
+
+    def release(self, record: RecordId) -> None:
+        """The record is done (called and settled, or given up): the next of its lane starts."""
+        if record not in self._admitted:
+            return  # dropped at a revoke
+        self._admitted.discard(record)
+        for next_record in self._gate.release(record):
+            self._waiting.pop(next_record).set()
+
+    def revoke(self, partition: TopicPartitionKey) -> list[RecordId]:
+        """Drop the partition's waiting records and wake them; returns them."""
+        dropped = self._gate.forget_partition(partition)
+        for record in dropped:
+            self._admitted.discard(record)
+            self._waiting.pop(record).set()
+        return dropped
