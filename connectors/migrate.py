@@ -38,11 +38,15 @@ class Migration:
 
 
 def default_sql_dir() -> Path:
-    """`sql/` beside the packages in a checkout; the copy shipped in the wheel otherwise."""
-    checkout = Path(__file__).resolve().parent.parent / "sql"
-    if checkout.is_dir():
-        return checkout
-    return Path(str(resources.files("connectors") / "sql"))
+    """The copy shipped in the wheel (`connectors/sql`), else `sql/` of the checkout.
+
+    The packaged copy is asked first: installed, the folder beside the packages is
+    site-packages, where an unrelated distribution may have put its own `sql/`.
+    """
+    packaged = resources.files("connectors") / "sql"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "sql"
 
 
 def load_migrations(sql_dir: Path | None = None) -> list[Migration]:

@@ -8,11 +8,14 @@ stream into batches converges to the same table, and re-applying a batch changes
 Records that cannot become a change are rejected, never fatal and never dropped silently: the
 sink stores them verbatim in `wait_reject` (with the reason) and logs their coordinates. A
 record is rejected when its key is not a canonical wait id, its headers break the wire format,
-its ORIGINAL_* values would violate the table's constraints, or its wait id is not derived from
-the dispatcher group (a mirror configured with the wrong group would otherwise write DLQ
-records with wrong wait ids). A rejected record does not hide an older valid one for the same
-wait id: rejection is decided per record, before the highest offset is chosen, so the outcome
-does not depend on where batch boundaries fall.
+or its ORIGINAL_* values would violate the table's constraints. A rejected record does not hide
+an older valid one for the same wait id: rejection is decided per record, before the highest
+offset is chosen, so the outcome does not depend on where batch boundaries fall.
+
+Drop-in: a wait id that is not derived from the group and the ORIGINAL_* coordinates (the
+reference design keys its wait records with random UUIDs) is mirrored like any other and only
+flagged (`wait_id_derived`), so the sink can count such rows; its expiry's DLQ record carries
+the record's own wait id.
 
 A tombstone needs only its key, the rule Kafka's compaction applies: a tombstone written by hand
 (`kcat -K: -Z`, no headers) closes the wait just as the dispatcher's does.
@@ -68,6 +71,8 @@ class WaitUpsert:
     expires_at: datetime
     dlq_topic: str
     group: str
+    derived: bool = True
+    """The wait id is Waitline's UUIDv5 of group and source coordinates (False: e.g. random)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +155,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
     source = entry.source
     _check_storable(source)
     owner = _resolve_group(event.wait_topic, group)
-    expected = wait_id_for(owner, source.topic, source.partition, source.offset)
-    if expected != entry.wait_id:
-        raise _RejectedError(
-            f"wait id {entry.wait_id} is not derived from group {owner!r} and "
-            f"{source.topic}/{source.partition}/{source.offset}: the mirror is configured for "
-            "another dispatcher group than the one that prepared this record"
-        )
+    derived = wait_id_for(owner, source.topic, source.partition, source.offset) == entry.wait_id
     return WaitUpsert(
         wait_topic=event.wait_topic,
         wait_id=entry.wait_id,
@@ -167,6 +166,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
         expires_at=entry.expires_at,
         dlq_topic=dlq_topic,
         group=owner,
+        derived=derived,
     )
 
 
@@ -235,12 +235,13 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("wait_expiration_time", "timestamptz"),
     ("dlq_topic", "text"),
     ("dispatcher_group", "text"),
+    ("wait_id_derived", "boolean"),
 )
 
 StageValues = tuple[
     str, uuid.UUID, int, int, bool,
     str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
-    datetime | None, str | None, str | None,
+    datetime | None, str | None, str | None, bool | None,
 ]  # fmt: skip
 
 
@@ -249,14 +250,14 @@ def stage_values(change: WaitChange) -> StageValues:
     if isinstance(change, WaitDelete):
         return (
             change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, True,
-            None, None, None, None, None, None, None, None, None, None,
+            None, None, None, None, None, None, None, None, None, None, None,
         )  # fmt: skip
     source = change.source
     return (
         change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, False,
         source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
         change.headers_json, source.value, change.expires_at,
-        change.dlq_topic, change.group,
+        change.dlq_topic, change.group, change.derived,
     )  # fmt: skip
 
 

@@ -80,6 +80,7 @@ ON CONFLICT (wait_topic, wait_id) DO UPDATE SET
     updated_at = now(),
     dlq_sent_at = NULL
 WHERE wait.wait_offset < EXCLUDED.wait_offset
+RETURNING wait_id_derived
 """
 
 _INSERT_REJECT = f"""
@@ -91,11 +92,13 @@ ON CONFLICT (wait_topic, wait_partition, wait_offset) DO NOTHING
 
 @dataclass(frozen=True, slots=True)
 class MirrorResult:
-    """Rows this batch inserted or replaced, rows it deleted, and records it rejected."""
+    """Rows this batch inserted or replaced, rows it deleted, records it rejected, and how many
+    of the rows it inserted or replaced have a wait id not derived from the group."""
 
     upserted: int
     deleted: int
     rejected: int
+    non_derived: int = 0
 
 
 def apply_batch(
@@ -114,7 +117,7 @@ def apply_batch(
     _check_target(dlq_topic, group)
     plan = plan_batch(events, dlq_topic=dlq_topic, group=group)
     with conn.transaction(), conn.cursor() as cur:
-        upserted = deleted = 0
+        upserted = deleted = non_derived = 0
         if plan.upserts or plan.deletes:
             cur.execute(_CREATE_STAGE)
             # A second batch inside one outer transaction must not see the first one's rows.
@@ -126,11 +129,13 @@ def apply_batch(
             cur.execute(_DELETE_CLOSED)
             deleted = cur.rowcount
             cur.execute(_UPSERT_OPEN)
-            upserted = cur.rowcount
+            flags = [derived for (derived,) in cur.fetchall()]
+            upserted, non_derived = len(flags), flags.count(False)
         if plan.rejects:
             cur.executemany(_INSERT_REJECT, [reject_values(r, group) for r in plan.rejects])
     _log_rejects(plan)
-    return MirrorResult(upserted=upserted, deleted=deleted, rejected=len(plan.rejects))
+    return MirrorResult(upserted=upserted, deleted=deleted, rejected=len(plan.rejects),
+                        non_derived=non_derived)  # fmt: skip
 
 
 def _check_target(dlq_topic: str, group: str | None) -> None:

@@ -101,7 +101,7 @@ def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
             "the dispatcher stopped between prepare and tombstone"
         ),
     )
-    return row.dlq_topic, dlq_record(row.source, row.group, failure)
+    return row.dlq_topic, dlq_record(row.source, row.group, failure, wait_id=row.wait_id)
 
 
 def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:

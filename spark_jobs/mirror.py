@@ -26,6 +26,7 @@ class CycleReport:
     upserted: int = 0
     deleted: int = 0
     rejected: int = 0
+    non_derived: int = 0
     expired_sent: int = 0
     lag_newest_s: float | None = None
 
@@ -35,6 +36,7 @@ class CycleReport:
         self.upserted += result.upserted
         self.deleted += result.deleted
         self.rejected += result.rejected
+        self.non_derived += result.non_derived
         self.lag_newest_s = lag_newest_s if lag_newest_s is not None else self.lag_newest_s
 
 

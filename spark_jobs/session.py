@@ -1,9 +1,11 @@
-"""The SparkSession of the reconciliation job, with Spark's Kafka connector from a local folder.
+"""The SparkSession of the reconciliation job, with Spark's Kafka connector on its classpath.
 
 Locally the job runs in `local[*]` and takes the Kafka connector's jars from
-`$WAITLINE_CACHE_DIR/spark-jars` (default `<repo>/.cache/spark-jars`), which `make setup` fills
-from Maven Central (compose/local/spark/pom.xml): nothing is downloaded at run time. Under
-spark-submit the cluster's own configuration (`--master`, `--jars`/`--packages`) wins and
+`$WAITLINE_CACHE_DIR/spark-jars`, which `make setup` fills from Maven Central
+(compose/local/spark/pom.xml): nothing is downloaded at run time. Where that folder lacks the
+connector (an installed wheel, a fresh machine), Spark resolves it by its Maven coordinates
+(`spark.jars.packages`, into Ivy's cache under `~/.ivy2*`) instead; one log line says which.
+Under spark-submit the cluster's own configuration (`--master`, `--jars`/`--packages`) wins and
 `attach_session` only quiets the logs.
 """
 
@@ -14,14 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark
+import structlog
 from pyspark.sql import SparkSession
 
-from dispatcher.errors import ConfigError
 from dispatcher.paths import spark_jars_dir
 
 CACHE_ENV = "WAITLINE_CACHE_DIR"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_CONNECTOR_JAR_PREFIX = "spark-sql-kafka-0-10_"
+# Scala 2.13: the only Scala build of Spark 4.
+KAFKA_CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 APP_NAME = "waitline-reconcile"
 GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
 
@@ -31,8 +35,7 @@ def default_jars_dir() -> Path:
     return spark_jars_dir()
 
 
-class SparkJarsMissingError(ConfigError):
-    """The Kafka connector's jars are not in the local jars folder."""
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class SparkSettings:
 
     master: str = "local[*]"
     jars_dir: Path = field(default_factory=default_jars_dir)
+    spark_version: str = pyspark.__version__  # the connector's version must match Spark's
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
     ui_enabled: bool = False
@@ -52,26 +56,38 @@ class SparkSettings:
     extra_conf: Mapping[str, str] = field(default_factory=dict)
 
 
-def connector_jars(jars_dir: Path) -> list[Path]:
-    """The jars to put on `spark.jars`; SparkJarsMissingError naming `make setup` if absent."""
+@dataclass(frozen=True)
+class Connector:
+    """Where the session gets Spark's Kafka connector: its Spark settings and a log line."""
+
+    conf: Mapping[str, str]
+    description: str
+
+
+def choose_connector(jars_dir: Path, spark_version: str) -> Connector:
+    """The jars of `jars_dir` when it holds the connector, else its Maven coordinates."""
     jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
-    if not any(jar.name.startswith(KAFKA_CONNECTOR_JAR_PREFIX) for jar in jars):
-        raise SparkJarsMissingError(
-            f"Spark's Kafka connector ({KAFKA_CONNECTOR_JAR_PREFIX}*.jar) is not in {jars_dir}: "
-            "run `make setup` (it copies the connector and its dependencies from Maven Central "
-            f"with compose/local/spark/pom.xml), or point {CACHE_ENV} at the cache that holds "
-            "spark-jars/"
+    if any(jar.name.startswith(KAFKA_CONNECTOR_JAR_PREFIX) for jar in jars):
+        return Connector(
+            conf={"spark.jars": ",".join(str(jar) for jar in jars)},
+            description=f"Spark's Kafka connector: {len(jars)} local jars from {jars_dir}",
         )
-    return jars
+    coordinates = f"{KAFKA_CONNECTOR_ARTIFACT}:{spark_version}"
+    return Connector(
+        conf={"spark.jars.packages": coordinates},
+        description=(
+            f"Spark's Kafka connector: {KAFKA_CONNECTOR_JAR_PREFIX}*.jar is not in {jars_dir}; "
+            f"resolving {coordinates} from Maven (spark.jars.packages). `make setup` or "
+            f"{CACHE_ENV} pointing at a cache with spark-jars/ avoids the download"
+        ),
+    )
 
 
-def session_conf(settings: SparkSettings) -> dict[str, str]:
+def session_conf(settings: SparkSettings, connector: Connector) -> dict[str, str]:
     """The Spark configuration `build_session` applies: pure, so it can be checked without a JVM."""
-    jars = connector_jars(settings.jars_dir)
     conf = {
         "spark.master": settings.master,
         "spark.app.name": APP_NAME,
-        "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.driver.memory": settings.driver_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.default.parallelism": str(settings.shuffle_partitions),
@@ -86,6 +102,7 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         # The job's own checkpoint is its state; Spark's temp checkpoints are never needed.
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
+    conf.update(connector.conf)
     conf.update(settings.extra_conf)
     return conf
 
@@ -96,7 +113,10 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     Driver memory and jars only take effect when this call starts the JVM; a session that
     already runs in the process is reused as it is, with the runtime settings re-applied.
     """
-    conf = session_conf(settings or SparkSettings())
+    settings = settings or SparkSettings()
+    connector = choose_connector(settings.jars_dir, settings.spark_version)
+    log.info(connector.description)
+    conf = session_conf(settings, connector)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -18,8 +18,7 @@ next owner starts past them. A record whose prepare outlives that wait is abando
 called here (the next owner fetches and calls it). A partition's generation changes at revoke
 only, so records started while an assignment completes are never mistaken for stale ones.
 
-Commits have one owner at a time (a lock, and the commit loop is stopped, never cancelled, so a
-commit in flight always finishes before the next starts): a committed offset never goes back.
+Commits have one owner at a time (`Committer`): a committed offset never goes back.
 
 Failing fast: a write that can never succeed (authorisation, a fenced or out-of-sequence
 producer) or an unexpected error in a record's task would leave a record that can never become
@@ -35,21 +34,29 @@ import logging
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
+from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import LagReporter, Unprepared, UnpreparedRecord
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.outcome import CallOutcome
-from dispatcher.pod.polling import fetch_fairly, first_set
+from dispatcher.pod.polling import (
+    UNREADABLE_ERRORS,
+    Rebalances,
+    fetch_fairly,
+    first_set,
+    read_carefully,
+    unreadable_reference,
+)
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
@@ -66,18 +73,8 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
+CAREFUL_READ_LIMIT = 100  # per partition, when reading past an unreadable record
 SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
-
-
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, engine: AtLeastOnceEngine) -> None:
-        self._engine = engine
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._engine.on_revoked(list(revoked))
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self._engine.on_assigned(list(assigned))
 
 
 def _key(tp: TopicPartition) -> TopicPartitionKey:
@@ -105,13 +102,15 @@ class AtLeastOnceEngine:
         self._slot_freed = asyncio.Event()
         self._last_fetched_ms: int | None = None
         self._joined = False
-        self._commit_lock = asyncio.Lock()
         self._next_partition = 0  # where the next fair fetch starts
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
                                 unprepared=self._unprepared, metrics=metrics,
                                 stalls=StallTracker(window.stall_warning_s), clock=clock)
+        self._committer = Committer(consumer=consumer, watermarks=self._watermarks,
+                                    metrics=metrics, lag=self._lag,
+                                    interval_s=window.commit_interval_s)
         metrics.window.set(window.concurrency)
 
     @property
@@ -130,8 +129,10 @@ class AtLeastOnceEngine:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until `stop` is set; FatalError if the engine had to stop on its own."""
-        self._consumer.subscribe(list(self._topics.input_topics), listener=_Listener(self))
-        committer = asyncio.create_task(self._commit_loop(), name="waitline-commit-loop")
+        self._consumer.subscribe(list(self._topics.input_topics), listener=Rebalances(self))
+        committer = asyncio.create_task(
+            self._committer.loop(self._stop, lambda: self._last_fetched_ms),
+            name="waitline-commit-loop")
         stopping = asyncio.create_task(first_set(stop, self._stop), name="waitline-stop")
         # A rebalance can hold `getmany` for long: a stop request must not wait for it, so the
         # poll loop is cancelled (a cancelled `getmany` leaves its records in the fetch buffer).
@@ -146,7 +147,7 @@ class AtLeastOnceEngine:
             await self._drain()
             self._stop.set()
             await committer  # finishes its commit in flight; never cancelled mid-commit
-            await self._commit()
+            await self._committer.commit()
         if self._fatal is not None:
             raise FatalError(f"stopped: {self._fatal}") from self._fatal
 
@@ -160,7 +161,50 @@ class AtLeastOnceEngine:
 
     async def _poll_loop(self) -> None:
         while True:
-            await self._poll_once()
+            try:
+                await self._poll_once()
+            except UNREADABLE_ERRORS as exc:
+                await self._read_past_unreadable(exc)
+
+    async def _read_past_unreadable(self, exc: Exception) -> None:
+        """aiokafka cannot parse a record (e.g. a header name that is not UTF-8): find it,
+        give it a reference DLQ record, and go on past it. Records sharing its batch may be
+        unreadable too; each gets its own reference. Nothing fetched is skipped unseen."""
+        log.warning("a fetched record cannot be parsed (%r); reading partitions one record "
+                    "at a time to find it", exc)
+        assignment = sorted(self._consumer.assignment(), key=_key)
+        for tp in assignment:  # back to where the engine expects each partition
+            expected = self._watermarks.expected_next(_key(tp))
+            if expected is not None:
+                self._consumer.seek(tp, expected)
+        for tp in assignment:
+            records, unreadable = await read_carefully(self._consumer, tp,
+                                                       CAREFUL_READ_LIMIT)
+            self._start_all(_key(tp), records)
+            if unreadable is not None:
+                self._start_unreadable(tp, unreadable, exc)
+                self._consumer.seek(tp, unreadable + 1)
+
+    def _start_unreadable(self, tp: TopicPartition, offset: int, exc: Exception) -> None:
+        key = _key(tp)
+        self._watermarks.track(key, offset)
+        pending = UnpreparedRecord(self._generation[key], int(self._clock() * 1000),
+                                   time.monotonic(), reason="the DLQ record of an unreadable one")
+        self._unprepared[key][offset] = pending
+        source, failure = unreadable_reference(tp, offset, exc)
+        self._spawn(self._reference(source, failure, pending), f"{tp.topic}/{tp.partition}@"
+                                                               f"{offset}")
+
+    async def _reference(self, source: SourceRecord, failure: Failure,
+                         pending: UnpreparedRecord) -> None:
+        try:
+            await self._outcomes.reference(source, failure)
+            self._mark_prepared((source.topic, source.partition), source.offset, pending)
+        except ProduceError as exc:
+            self._fail(exc, f"cannot write the DLQ record of unreadable {source.topic}/"
+                            f"{source.partition}@{source.offset}")
+        finally:
+            pending.done.set()
 
     async def _poll_once(self) -> None:
         free = self._window.concurrency - len(self._tasks)
@@ -307,7 +351,7 @@ class AtLeastOnceEngine:
                 log.warning("revoke: %d prepares still unfinished after %.0f s; this pod will "
                             "not call their records, the next owner fetches them", len(left),
                             wait_s)
-        await self._commit(keys)
+        await self._committer.commit(keys)
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
@@ -330,34 +374,6 @@ class AtLeastOnceEngine:
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")
 
-    async def _commit_loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._window.commit_interval_s):
-                    await self._stop.wait()
-            await self._commit()
-            self._lag.update(self._last_fetched_ms)
-
-    async def _commit(self, only: list[TopicPartitionKey] | None = None) -> None:
-        async with self._commit_lock:  # one commit at a time: offsets never go back
-            due = self._watermarks.commits_due()
-            if only is not None:
-                due = {k: v for k, v in due.items() if k in only}
-            if not due:
-                return
-            offsets = {TopicPartition(t, p): o for (t, p), o in due.items()}
-            try:
-                await self._consumer.commit(offsets)
-            except KafkaError as exc:
-                self._metrics.commits.labels("failed").inc()
-                log.warning("offset commit failed, will retry: %r", exc)
-                return
-            self._metrics.commits.labels("ok").inc()
-            now = time.monotonic()
-            for key, offset in due.items():
-                self._watermarks.mark_committed(key, offset)
-                self._lag.committed(key, now)
-
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
         fatal error), then cancel."""
@@ -367,7 +383,7 @@ class AtLeastOnceEngine:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._tasks),
                      self._window.drain_grace_s)
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
-        await self._commit()
+        await self._committer.commit()
         if self._tasks:
             names = sorted(task.get_name() for task in self._tasks)
             listed = ", ".join(names[:SHUTDOWN_LOG_RECORDS])

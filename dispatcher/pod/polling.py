@@ -1,14 +1,54 @@
-"""Fetching for the engine: fair admission across partitions, and waiting for a stop."""
+"""Fetching for the engine: fair admission across partitions, reading past a record aiokafka
+cannot parse, and waiting for a stop."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CorruptRecordException
 from aiokafka.structs import ConsumerRecord
 
+from dispatcher.wire import Failure, SourceRecord
+
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
+
+UNREADABLE_ERRORS = (UnicodeDecodeError, CorruptRecordException)
+"""What aiokafka raises from `getmany` for a record it cannot parse (a header name that is not
+UTF-8, a corrupt batch): raised again on every poll, since the position stays before it."""
+CAREFUL_WAIT_MS = 1000
+UNREADABLE = "UnreadableRecordError"
+
+
+def unreadable_reference(tp: TopicPartition, offset: int,
+                         exc: Exception) -> tuple[SourceRecord, Failure]:
+    """What the reference DLQ record of an unreadable record names: coordinates only."""
+    source = SourceRecord(topic=tp.topic, partition=tp.partition, offset=offset, key=None,
+                          value=None, headers=(), timestamp_ms=-1)
+    return source, Failure(UNREADABLE, f"the Kafka client cannot parse this record ({exc!r}); "
+                                       "read it at its coordinates with another client")
+
+
+async def read_carefully(consumer: AIOKafkaConsumer, tp: TopicPartition,
+                         limit: int) -> tuple[list[ConsumerRecord[Any, Any]], int | None]:
+    """Read `tp` one record at a time from its position: up to `limit` records, and the offset
+    of an unreadable record when one is met (the caller seeks past it).
+
+    A failed `getmany` has consumed, but not returned, the records before the unreadable one,
+    so the caller first seeks every partition back to where it expects it."""
+    records: list[ConsumerRecord[Any, Any]] = []
+    while len(records) < limit:
+        try:
+            got = await _getmany(consumer, tp, timeout_ms=CAREFUL_WAIT_MS, max_records=1)
+        except UNREADABLE_ERRORS:
+            position: int = await consumer.position(tp)  # the record after the last one read
+            return records, position
+        if not got:
+            break
+        records.extend(got.get(tp, []))
+    return records, None
 
 
 async def fetch_fairly(consumer: AIOKafkaConsumer, free: int, turn: int,
@@ -56,3 +96,22 @@ async def first_set(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
+
+
+class RebalanceHandler(Protocol):
+    async def on_revoked(self, revoked: list[TopicPartition]) -> None: ...
+
+    async def on_assigned(self, assigned: list[TopicPartition]) -> None: ...
+
+
+class Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka's rebalance listener, handing the partitions to `handler` as lists."""
+
+    def __init__(self, handler: RebalanceHandler) -> None:
+        self._handler = handler
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._handler.on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._handler.on_assigned(list(assigned))

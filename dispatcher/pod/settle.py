@@ -102,6 +102,13 @@ class OutcomeWriter:
         self._metrics.outcomes.labels(failure.exception).inc()
 
 
+    async def reference(self, source: SourceRecord, failure: Failure) -> None:
+        """Write a DLQ record that references `source` (its coordinates) without copying it."""
+        await self._writer.write(self._topics.dlq_topic,
+                                 dlq_reference_record(source, self._topics.group, failure))
+        self._metrics.outcomes.labels(failure.exception).inc()
+
+
 def too_large(source: SourceRecord, failure: Failure, exc: RecordTooLargeError) -> Failure:
     """The failure a reference DLQ record carries: the sizes, and the original failure."""
     original = "" if failure.exception == RECORD_TOO_LARGE else (

@@ -115,6 +115,13 @@ class PartitionWatermarks:
         end = None if watermark is None else watermark.end
         return end is not None and offset < end
 
+    def expected_next(self, tp: TopicPartitionKey) -> int | None:
+        """The offset the next fetch of `tp` should start at: one past the highest tracked
+        offset, else the offset last committed; None when neither is known."""
+        watermark = self._watermarks.get(tp)
+        end = None if watermark is None else watermark.end
+        return end if end is not None else self._committed.get(tp)
+
     def pending(self, tp: TopicPartitionKey) -> int:
         """How many of `tp`'s tracked offsets are not yet prepared (0 for an unknown one)."""
         watermark = self._watermarks.get(tp)

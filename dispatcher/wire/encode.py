@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -51,9 +52,14 @@ def tombstone_of(prepare: OutgoingRecord) -> OutgoingRecord:
     return OutgoingRecord(key=prepare.key, value=None, headers=prepare.headers)
 
 
-def dlq_record(source: SourceRecord, group: str, failure: Failure) -> OutgoingRecord:
-    """The DLQ record for `source`: original key, value and headers, then ours."""
-    wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+def dlq_record(
+    source: SourceRecord, group: str, failure: Failure, *, wait_id: uuid.UUID | None = None
+) -> OutgoingRecord:
+    """The DLQ record for `source`: original key, value and headers, then ours. `wait_id`
+    defaults to the id derived from `group` and the coordinates; the expiry sweep passes the
+    row's own, which a wait topic written by another design may have keyed at random."""
+    if wait_id is None:
+        wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
     ours = [
         *_origin_headers(source),
         (WAIT_EXPIRATION_UUID, str(wait_id)),

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,
@@ -414,3 +415,57 @@ async def test_a_result_too_large_for_the_result_topic_goes_to_the_dlq_not_to_an
     assert (entry.wait_id, entry.failure.exception) == (wait_id, "RecordTooLargeError")
     assert "the call succeeded but its result" in entry.failure.message
     assert await read_topic(kafka_bootstrap, f"{group}.result") == []
+
+
+class _RawName(str):
+    """A header name whose bytes are not UTF-8, as clients other than aiokafka can write."""
+
+    __slots__ = ()
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"\xff\xfe-" + super().encode(encoding, errors)
+
+
+async def _produce_with_undecodable_header_name(bootstrap: str, topic: str) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        # aiokafka's own builder refuses such a name; its pure-Python builder writes the bytes.
+        batch._builder = _DefaultRecordBatchBuilderPy(
+            2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
+            batch_size=16384)
+        batch.append(key=b"odd", value=b"x", timestamp=None, headers=[(_RawName("h"), b"v")])
+        batch.close()
+        await (await producer.send_batch(batch, topic, partition=0))
+    finally:
+        await producer.stop()
+
+
+async def test_a_header_name_that_is_not_utf8_gets_a_reference_dlq_record(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """Defect 7: aiokafka cannot parse a record whose header name is not UTF-8; `getmany`
+    raised on every poll and the pod crash-looped. The record gets a reference DLQ record
+    (it can only be read with another client) and the partition moves on."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await produce_records(kafka_bootstrap, topic, [
+        InputRecord(key=b"k", value=b"%d" % i) for i in range(3)])
+    await _produce_with_undecodable_header_name(kafka_bootstrap, topic)
+    await produce_records(kafka_bootstrap, topic, [
+        InputRecord(key=b"k", value=b"%d" % i) for i in range(4, 7)])
+
+    async with RecordingCounterparty() as counterparty:
+        async def finished() -> bool:
+            return (len(counterparty.calls) >= 6
+                    and await fully_committed(kafka_bootstrap, group, topic))
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, counterparty.url),
+                            finished, timeout_s=40)
+
+    assert len(counterparty.calls_per_key()) == 6
+    [entry] = await read_dlq(kafka_bootstrap, f"{group}.dlq")
+    assert (entry.source.partition, entry.source.offset) == (0, 3)
+    assert entry.failure.exception == "UnreadableRecordError"
+    assert entry.original_omitted

@@ -198,12 +198,17 @@ def test_bad_records_are_stored_as_rejects_and_the_rest_is_applied(
     foreign = replace(WaitTopic("other-app").prepare(2, 2), wait_topic=topic.name)
     no_headers = WaitEvent(topic.name, 0, 3, good.key, b"body", ())
     batch = [good, bad_key, foreign, no_headers, topic.prepare(3, 4)]
+    # Another group's ids are not derived from this one: mirrored and counted, not rejected.
     misconfigured = apply_batch(conn, batch, dlq_topic=topic.dlq, group="another-group")
-    assert misconfigured == MirrorResult(upserted=0, deleted=0, rejected=5)
+    assert misconfigured == MirrorResult(upserted=3, deleted=0, rejected=2, non_derived=3)
+    assert topic.apply(conn, batch) == MirrorResult(upserted=0, deleted=0, rejected=2)
+    conn.execute("DELETE FROM wait WHERE wait_topic = %s", (topic.name,))
 
-    assert topic.apply(conn, batch) == MirrorResult(upserted=2, deleted=0, rejected=3)
-    assert topic.apply(conn, batch) == MirrorResult(upserted=0, deleted=0, rejected=3)
-    assert open_waits(conn, topic) == {topic.wait_id(1): 0, topic.wait_id(3): 4}
+    assert topic.apply(conn, batch) == MirrorResult(upserted=3, deleted=0, rejected=2,
+                                                    non_derived=1)  # fmt: skip
+    assert topic.apply(conn, batch) == MirrorResult(upserted=0, deleted=0, rejected=2)
+    foreign_id = uuid.UUID(bytes(foreign.key or b"").decode())
+    assert open_waits(conn, topic) == {topic.wait_id(1): 0, foreign_id: 2, topic.wait_id(3): 4}
     rejects = conn.execute(
         "SELECT wait_offset, record_key, record_value, record_headers::text, reason,"
         " dispatcher_group FROM wait_reject WHERE wait_topic = %s ORDER BY wait_offset",
@@ -211,9 +216,9 @@ def test_bad_records_are_stored_as_rejects_and_the_rest_is_applied(
     ).fetchall()
     conn.commit()
     # A record's first reject is kept: the run with the wrong group came first.
-    assert [(r[0], r[5]) for r in rejects] == [(o, "another-group") for o in range(5)]
-    assert rejects[1][1:4] == (b"\x00junk", b"value", '[["x",{"base64":"/w=="}]]')
-    assert "not a UUID" in rejects[1][4]
+    assert [(r[0], r[5]) for r in rejects] == [(1, "another-group"), (3, "another-group")]
+    assert rejects[0][1:4] == (b"\x00junk", b"value", '[["x",{"base64":"/w=="}]]')
+    assert "not a UUID" in rejects[0][4]
 
 
 def test_batch_inside_a_caller_transaction_is_undone_by_its_rollback(

@@ -207,9 +207,15 @@ def test_prepare_without_headers_is_rejected() -> None:
     assert "missing" in the_reject(plan(event)).reason
 
 
-def test_prepare_from_another_group_is_rejected() -> None:
+def test_a_wait_id_not_derived_from_the_group_is_mirrored_and_flagged() -> None:
+    # The reference design keys wait records with random UUIDs: mirrored, never rejected.
     event = prepare(source(), 1, group="someone-else")
-    assert "not derived from group 'payments'" in the_reject(plan(event)).reason
+    result = plan(event)
+    assert not result.rejects
+    (upsert,) = result.upserts
+    assert event.key is not None and upsert.wait_id == uuid.UUID(event.key.decode())
+    assert not upsert.derived
+    assert plan(prepare(source(), 1)).upserts[0].derived
 
 
 def test_no_group_and_a_wait_topic_not_named_group_dot_wait_is_rejected() -> None:

@@ -1,0 +1,126 @@
+"""Per-key and per-partition ordering: `--ordering unordered|key|partition`.
+
+The engine hands every fetched record to `OrderingGate.admit` in offset order. In `key` mode
+records sharing a key form a lane, in `partition` mode records of one partition do; a lane has
+at most one record in flight and starts its records in the order they were admitted. When a
+record's call is over, `release` names the record of its lane that may start next. Different
+lanes never wait for each other, so different keys still fill the window.
+
+Records without a key have no order to keep in `key` mode (Kafka's default partitioner spreads
+them over partitions anyway): each is admitted at once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from dispatcher.errors import ConfigError
+
+RecordId = TypeVar("RecordId", bound=Hashable)
+
+_NO_LANE: Hashable = object()  # a record free of any order: starts at once
+
+
+class OrderingMode(enum.StrEnum):
+    """Which records must not overlap: none, those sharing a key, or those of a partition."""
+
+    UNORDERED = "unordered"
+    KEY = "key"
+    PARTITION = "partition"
+
+
+def parse_ordering(text: str) -> OrderingMode:
+    """The mode `text` names; raises ConfigError listing the valid ones."""
+    try:
+        return OrderingMode(text.strip().lower())
+    except ValueError:
+        valid = ", ".join(mode.value for mode in OrderingMode)
+        raise ConfigError(f"invalid ordering {text!r}: use one of {valid}") from None
+
+
+class OrderingGate(Generic[RecordId]):
+    """Decides which admitted records may start their call now (pure, no clock needed)."""
+
+    def __init__(self, mode: OrderingMode) -> None:
+        self.mode = mode
+        # Per lane: the head is in flight, the rest wait in admission (offset) order.
+        self._lanes: dict[Hashable, deque[tuple[RecordId, Hashable]]] = {}
+        self._lane_of: dict[RecordId, Hashable] = {}  # every admitted record not yet released
+        self._unlaned_in_flight: set[RecordId] = set()
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Records admitted but held behind an earlier record of their lane."""
+        return self._waiting
+
+    @property
+    def in_flight(self) -> int:
+        """Records allowed to start and not yet released."""
+        return len(self._lanes) + len(self._unlaned_in_flight)
+
+    def admit(self, record_id: RecordId, partition: Hashable, key: bytes | None) -> bool:
+        """Register a record (in offset order per partition); True if it may start now.
+
+        False means it waits: a later `release` of the record ahead of it returns its id.
+        """
+        if record_id in self._lane_of or record_id in self._unlaned_in_flight:
+            raise ValueError(f"record {record_id!r} is already admitted")
+        lane = self._lane(partition, key)
+        if lane is _NO_LANE:
+            self._unlaned_in_flight.add(record_id)
+            return True
+        self._lane_of[record_id] = lane
+        queue = self._lanes.get(lane)
+        if queue is None:
+            self._lanes[lane] = deque([(record_id, partition)])
+            return True
+        queue.append((record_id, partition))
+        self._waiting += 1
+        return False
+
+    def release(self, record_id: RecordId) -> list[RecordId]:
+        """The record's call is over; returns the records that may start now, in offset order."""
+        if record_id in self._unlaned_in_flight:
+            self._unlaned_in_flight.remove(record_id)
+            return []
+        lane = self._lane_of.get(record_id)
+        if lane is None:
+            raise ValueError(f"record {record_id!r} was not admitted or is already released")
+        queue = self._lanes[lane]
+        if queue[0][0] != record_id:
+            raise ValueError(f"record {record_id!r} is still waiting; it cannot be released")
+        queue.popleft()
+        del self._lane_of[record_id]
+        if not queue:
+            del self._lanes[lane]
+            return []
+        self._waiting -= 1
+        return [queue[0][0]]
+
+    def forget_partition(self, partition: Hashable) -> list[RecordId]:
+        """Drop the waiting records of a revoked partition; returns them (per lane in offset order).
+
+        Records of that partition already in flight stay until released: their calls run on.
+        """
+        dropped: list[RecordId] = []
+        for lane, queue in self._lanes.items():
+            head, *rest = queue
+            kept = [item for item in rest if item[1] != partition]
+            if len(kept) != len(rest):
+                dropped.extend(record_id for record_id, owner in rest if owner == partition)
+                self._lanes[lane] = deque([head, *kept])
+        for record_id in dropped:
+            del self._lane_of[record_id]
+        self._waiting -= len(dropped)
+        return dropped
+
+    def _lane(self, partition: Hashable, key: bytes | None) -> Hashable:
+        if self.mode is OrderingMode.KEY:
+            return _NO_LANE if key is None else key
+        if self.mode is OrderingMode.PARTITION:
+            return partition
+        return _NO_LANE

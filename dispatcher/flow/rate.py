@@ -1,0 +1,103 @@
+"""Rate limit for calls: `--rate-limit 500/s`, `30/min` or `500/s:burst=50`, per pod.
+
+`TokenBucket` is the generic cell rate algorithm (GCRA), the token bucket kept as one number:
+the theoretical arrival time `tat` of the next call at the steady rate. A call is admitted at
+`now` when `now >= tat - (burst - 1) * interval`, which admits at most `rate * T + burst` calls in
+any span of T seconds and never lets unused time pile up more than `burst` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from dispatcher.errors import ConfigError
+
+_PER_UNIT_S = {
+    "s": 1.0, "sec": 1.0, "second": 1.0,
+    "m": 60.0, "min": 60.0, "minute": 60.0,
+    "h": 3600.0, "hour": 3600.0,
+}
+_PATTERN = re.compile(
+    r"^\s*(?P<count>\d+(?:\.\d+)?)\s*/\s*(?P<unit>[a-z]+)\s*(?::\s*burst\s*=\s*(?P<burst>\d+)\s*)?$"
+)
+VALID_FORMS = "use COUNT/UNIT with UNIT s, min or h and an optional :burst=N, e.g. 500/s, " \
+    "30/min or 500/s:burst=50"
+# Without an explicit burst, a caller that wakes a little late (a busy event loop) must not
+# lose the tokens it was owed, or a 500/s limit would admit less than 500/s: allow 50 ms worth.
+DEFAULT_BURST_WINDOW_S = 0.05
+# Summing float intervals drifts by ~1e-16 s per call: a caller that comes back exactly when
+# told must not be refused by a rounding error, so admission tolerates this much.
+_ROUNDING_SLACK_S = 1e-9
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `per_s` calls per second on average, with up to `burst` calls at once."""
+
+    per_s: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.per_s) and self.per_s > 0):
+            raise ConfigError(f"rate limit must be a positive number of calls, not {self.per_s}")
+        if self.burst < 1:
+            raise ConfigError(f"rate limit burst must be at least 1, not {self.burst}")
+
+    def __str__(self) -> str:
+        return f"{self.per_s:g}/s:burst={self.burst}"
+
+
+def parse_rate_limit(text: str) -> RateLimit:
+    """The limit `text` describes; raises ConfigError naming the accepted forms otherwise."""
+    match = _PATTERN.match(text.lower())
+    if match is None or match["unit"] not in _PER_UNIT_S:
+        raise ConfigError(f"invalid rate limit {text!r}: {VALID_FORMS}")
+    per_s = float(match["count"]) / _PER_UNIT_S[match["unit"]]
+    if per_s <= 0:
+        raise ConfigError(f"invalid rate limit {text!r}: the count must be above 0")
+    if match["burst"] is None:
+        burst = max(1, math.ceil(per_s * DEFAULT_BURST_WINDOW_S))
+    else:
+        burst = int(match["burst"])
+        if burst < 1:
+            raise ConfigError(f"invalid rate limit {text!r}: burst must be at least 1")
+    return RateLimit(per_s=per_s, burst=burst)
+
+
+class TokenBucket:
+    """Admits calls at `limit`; every method takes the current time in seconds.
+
+    The bucket starts full. Typical use: `while (wait_s := bucket.delay_s(now())) > 0: sleep`.
+    """
+
+    def __init__(self, limit: RateLimit, now: float) -> None:
+        self.limit = limit
+        self._interval_s = 1.0 / limit.per_s
+        self._tolerance_s = (limit.burst - 1) * self._interval_s + _ROUNDING_SLACK_S
+        self._tat = now  # theoretical arrival time of the next call at the steady rate
+
+    def next_at(self, now: float) -> float:
+        """The earliest time, not before `now`, at which a call would be admitted."""
+        return max(now, self._tat - self._tolerance_s)
+
+    def try_acquire(self, now: float) -> bool:
+        """Take a token if one is available at `now`; False leaves the bucket unchanged."""
+        if now < self._tat - self._tolerance_s:
+            return False
+        self._tat = max(self._tat, now) + self._interval_s
+        return True
+
+    def delay_s(self, now: float) -> float:
+        """0 when a token was available and taken; otherwise the wait before trying again."""
+        if self.try_acquire(now):
+            return 0.0
+        return self.next_at(now) - now
+
+    def available(self, now: float) -> int:
+        """Tokens that could be taken at `now` without waiting (for metrics)."""
+        spare_s = now - (self._tat - self._tolerance_s)
+        if spare_s < 0:
+            return 0
+        return min(self.limit.burst, int(spare_s / self._interval_s) + 1)

@@ -1,0 +1,68 @@
+"""Offset commits with one owner: a committed offset never goes back.
+
+The periodic commit, the revoke commit and the shutdown commit would otherwise interleave, and
+a slow earlier commit (aiokafka retries a failed one on its own) could land after a later one.
+Here commits run one at a time under a lock, each commits only offsets past the last committed,
+and the periodic loop is stopped rather than cancelled, so a commit in flight always finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from dispatcher.pod.lag import LagReporter
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
+
+log = logging.getLogger(__name__)
+
+
+class Committer:
+    """Commits the watermarks' committable offsets; `loop` runs until `stop` is set."""
+
+    def __init__(self, *, consumer: AIOKafkaConsumer, watermarks: PartitionWatermarks,
+                 metrics: DispatcherMetrics, lag: LagReporter, interval_s: float) -> None:
+        self._consumer = consumer
+        self._watermarks = watermarks
+        self._metrics = metrics
+        self._lag = lag
+        self._interval_s = interval_s
+        self._lock = asyncio.Lock()
+
+    async def loop(self, stop: asyncio.Event, last_fetched_ms: Callable[[], int | None]) -> None:
+        """Commit every interval (and update the lag gauges) until `stop` is set."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval_s):
+                    await stop.wait()
+            await self.commit()
+            self._lag.update(last_fetched_ms())
+
+    async def commit(self, only: list[TopicPartitionKey] | None = None) -> None:
+        """Commit what is due (for `only` these partitions); a failure is logged and retried
+        by the next commit."""
+        async with self._lock:
+            due = self._watermarks.commits_due()
+            if only is not None:
+                due = {k: v for k, v in due.items() if k in only}
+            if not due:
+                return
+            offsets = {TopicPartition(t, p): o for (t, p), o in due.items()}
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                self._metrics.commits.labels("failed").inc()
+                log.warning("offset commit failed, will retry: %r", exc)
+                return
+            self._metrics.commits.labels("ok").inc()
+            now = time.monotonic()
+            for key, offset in due.items():
+                self._watermarks.mark_committed(key, offset)
+                self._lag.committed(key, now)

@@ -1,0 +1,149 @@
+"""The Spark reconciliation tests' shared parts: one SparkSession for the test session, a
+fresh group with its wait and DLQ topics (`waits`), and ways to write and read them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pyspark.sql import SparkSession
+
+from dispatcher.wire import (
+    OutgoingRecord,
+    SourceRecord,
+    wait_id_for,
+    wait_record,
+    wait_tombstone,
+)
+from spark_jobs.config import ReconcileConfig
+from spark_jobs.reconcile import CycleReport, ReconcileJob
+from spark_jobs.session import SparkSettings, build_session
+
+INPUT_TOPIC = "orders"
+# Millisecond precision, as WAIT_EXPIRATION_TIME carries it, so it compares equal after a trip.
+LATER = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = build_session(SparkSettings(master="local[2]", shuffle_partitions=2))
+    yield session
+    session.stop()
+
+
+class WaitTopic:
+    """A fresh group with its wait and DLQ topics, and helpers to write and inspect them."""
+
+    def __init__(self, group: str, bootstrap: str, dsn: str, checkpoint: Path) -> None:
+        self.group = group
+        self.wait_topic = f"{group}.wait"
+        self.dlq_topic = f"{group}.dlq"
+        self.bootstrap = bootstrap
+        self.dsn = dsn
+        self.checkpoint = checkpoint
+        asyncio.run(self._create_topics())
+
+    async def _create_topics(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(self.wait_topic, 3, 1, topic_configs={"cleanup.policy": "compact"}),
+                    NewTopic(self.dlq_topic, 1, 1),
+                ]
+            )
+        finally:
+            await admin.close()
+
+    def config(self, **overrides: object) -> ReconcileConfig:
+        options: dict[str, object] = {
+            "group": self.group, "bootstrap_servers": self.bootstrap, "dsn": self.dsn,
+            "checkpoint_dir": str(self.checkpoint), "once": True,
+        }  # fmt: skip
+        options.update(overrides)
+        return ReconcileConfig.build(**options)  # type: ignore[arg-type]
+
+    def source(self, offset: int, **fields: object) -> SourceRecord:
+        values: dict[str, object] = {
+            "topic": INPUT_TOPIC, "partition": offset % 2, "offset": offset,
+            "key": f"order-{offset}".encode(), "value": f'{{"amount": {offset}}}'.encode(),
+            "headers": (("trace", b"t-%d" % offset),), "timestamp_ms": 1_700_000_000_000 + offset,
+        }  # fmt: skip
+        values.update(fields)
+        return SourceRecord(**values)  # type: ignore[arg-type]
+
+    def wait_id(self, source: SourceRecord) -> str:
+        return str(wait_id_for(self.group, source.topic, source.partition, source.offset))
+
+    def prepare(self, source: SourceRecord, expires_at: datetime = LATER) -> OutgoingRecord:
+        return wait_record(source, self.group, expires_at)
+
+    def close(self, source: SourceRecord, expires_at: datetime = LATER) -> OutgoingRecord:
+        return wait_tombstone(source, self.group, expires_at)
+
+    def produce(self, records: Sequence[OutgoingRecord]) -> None:
+        asyncio.run(produce(self.bootstrap, self.wait_topic, records))
+
+    def open_wait_ids(self) -> set[str]:
+        with psycopg.connect(self.dsn) as conn:
+            rows = conn.execute(
+                "SELECT wait_id::text FROM wait WHERE wait_topic = %s", (self.wait_topic,)
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def dlq_records(self) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+        return asyncio.run(read_all(self.bootstrap, self.dlq_topic))
+
+
+async def produce(bootstrap: str, topic: str, records: Sequence[OutgoingRecord]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        acks = [
+            await producer.send(topic, key=r.key, value=r.value, headers=list(r.headers))
+            for r in records
+        ]
+        await asyncio.gather(*acks)
+    finally:
+        await producer.stop()
+
+
+async def read_all(
+    bootstrap: str, topic: str
+) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partitions = consumer.assignment()
+        while not partitions:
+            await asyncio.sleep(0.1)
+            partitions = consumer.assignment()
+        end = await consumer.end_offsets(list(partitions))
+        records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+        while [tp for tp in partitions if await consumer.position(tp) < end[tp]]:
+            batch = await consumer.getmany(timeout_ms=1000)
+            records.extend((r.key, r.value, list(r.headers)) for rs in batch.values() for r in rs)
+        return records
+    finally:
+        await consumer.stop()
+
+
+def run_cycle(spark: SparkSession, config: ReconcileConfig) -> CycleReport:
+    with ReconcileJob(spark, config) as job:
+        return job.run_cycle()
+
+
+@pytest.fixture
+def waits(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path
+) -> WaitTopic:
+    return WaitTopic(unique_name("reconcile"), kafka_bootstrap, pg_dsn, tmp_path / "checkpoint")

@@ -1,0 +1,149 @@
+"""The ordering gate: one record in flight per key (or partition), started in offset order."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Hashable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.errors import ConfigError
+from dispatcher.flow.ordering import OrderingGate, OrderingMode, parse_ordering
+
+pytestmark = pytest.mark.unit
+
+Record = tuple[int, int, bytes | None]  # (record id = global admission index, partition, key)
+
+records_strategy = st.lists(
+    st.tuples(st.integers(0, 3), st.one_of(st.none(), st.binary(min_size=1, max_size=1))),
+    max_size=80,
+).map(lambda items: [(index, partition, key) for index, (partition, key) in enumerate(items)])
+
+
+def lane_of(mode: OrderingMode, partition: int, key: bytes | None) -> Hashable | None:
+    """Reference: the records that must not overlap share this value (None = no constraint)."""
+    if mode is OrderingMode.KEY:
+        return key
+    if mode is OrderingMode.PARTITION:
+        return partition
+    return None
+
+
+def run(mode: OrderingMode, records: list[Record], seed: int) -> list[int]:
+    """Admit every record, release in-flight ones in a random order; return the start order.
+
+    Checks on the way that no two records of one lane are ever in flight together.
+    """
+    gate: OrderingGate[int] = OrderingGate(mode)
+    by_id = {record_id: (partition, key) for record_id, partition, key in records}
+    chooser = random.Random(seed)
+    started: list[int] = []
+    in_flight: set[int] = set()
+
+    def start(record_id: int) -> None:
+        lane = lane_of(mode, *by_id[record_id])
+        if lane is not None:
+            assert all(lane_of(mode, *by_id[other]) != lane for other in in_flight)
+        in_flight.add(record_id)
+        started.append(record_id)
+
+    pending = list(records)
+    while pending or in_flight:
+        if pending and (not in_flight or chooser.random() < 0.5):
+            record_id, partition, key = pending.pop(0)
+            if gate.admit(record_id, partition, key):
+                start(record_id)
+        else:
+            finished = chooser.choice(sorted(in_flight))
+            in_flight.remove(finished)
+            for record_id in gate.release(finished):
+                start(record_id)
+        assert gate.in_flight == len(in_flight)
+    assert gate.waiting == 0
+    return started
+
+
+@given(records=records_strategy, seed=st.integers(), mode=st.sampled_from(OrderingMode))
+def test_every_record_starts_once_and_each_lane_starts_in_offset_order(
+    records: list[Record], seed: int, mode: OrderingMode
+) -> None:
+    started = run(mode, records, seed)
+    assert sorted(started) == [record_id for record_id, _, _ in records]
+    per_lane: dict[Hashable, list[int]] = defaultdict(list)
+    for record_id in started:
+        _, partition, key = records[record_id]
+        lane = lane_of(mode, partition, key)
+        if lane is not None:
+            per_lane[lane].append(record_id)
+    for order in per_lane.values():
+        assert order == sorted(order)
+
+
+@given(records=records_strategy)
+def test_unordered_admits_everything_at_once(records: list[Record]) -> None:
+    gate: OrderingGate[int] = OrderingGate(OrderingMode.UNORDERED)
+    assert all(gate.admit(*record) for record in records)
+    assert gate.waiting == 0
+    assert all(gate.release(record_id) == [] for record_id, _, _ in records)
+
+
+def test_key_mode_holds_a_key_but_not_other_keys() -> None:
+    gate: OrderingGate[str] = OrderingGate(OrderingMode.KEY)
+    assert gate.admit("a0", 0, b"a")
+    assert gate.admit("b0", 0, b"b")
+    assert not gate.admit("a1", 1, b"a")  # same key on another partition waits too
+    assert not gate.admit("a2", 0, b"a")
+    assert gate.admit("n0", 0, None)
+    assert gate.admit("n1", 0, None)
+    assert (gate.in_flight, gate.waiting) == (4, 2)
+    assert gate.release("a0") == ["a1"]
+    assert gate.release("b0") == []
+    assert gate.release("a1") == ["a2"]
+    assert gate.release("a2") == []
+    assert (gate.in_flight, gate.waiting) == (2, 0)
+
+
+def test_partition_mode_holds_one_per_partition() -> None:
+    gate: OrderingGate[int] = OrderingGate(OrderingMode.PARTITION)
+    assert gate.admit(1, "p0", b"x")
+    assert not gate.admit(2, "p0", b"y")
+    assert gate.admit(3, "p1", b"x")
+    assert gate.release(1) == [2]
+
+
+def test_release_of_a_waiting_or_unknown_record_is_an_error() -> None:
+    gate: OrderingGate[int] = OrderingGate(OrderingMode.KEY)
+    gate.admit(1, 0, b"k")
+    gate.admit(2, 0, b"k")
+    with pytest.raises(ValueError, match="still waiting"):
+        gate.release(2)
+    with pytest.raises(ValueError, match="not admitted"):
+        gate.release(3)
+    with pytest.raises(ValueError, match="already admitted"):
+        gate.admit(1, 0, b"k")
+
+
+def test_forget_partition_drops_its_waiting_records_only() -> None:
+    gate: OrderingGate[str] = OrderingGate(OrderingMode.KEY)
+    gate.admit("p0-a", 0, b"a")
+    gate.admit("p1-a", 1, b"a")
+    gate.admit("p0-a2", 0, b"a")
+    gate.admit("p1-a2", 1, b"a")
+    assert gate.forget_partition(0) == ["p0-a2"]
+    assert gate.waiting == 2
+    assert gate.release("p0-a") == ["p1-a"]  # the in-flight head of the revoked one runs on
+    assert gate.release("p1-a") == ["p1-a2"]
+    assert gate.release("p1-a2") == []
+
+
+@pytest.mark.parametrize("text", ["key", " Partition ", "UNORDERED"])
+def test_parse_ordering_accepts_the_modes(text: str) -> None:
+    assert parse_ordering(text).value == text.strip().lower()
+
+
+def test_parse_ordering_rejects_others_listing_the_modes() -> None:
+    with pytest.raises(ConfigError, match="unordered, key, partition"):
+        parse_ordering("by-key")

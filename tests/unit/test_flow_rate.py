@@ -1,0 +1,122 @@
+"""The rate limit: flag parsing and the token bucket's admission bounds."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.errors import ConfigError
+from dispatcher.flow.rate import RateLimit, TokenBucket, parse_rate_limit
+
+pytestmark = pytest.mark.unit
+
+# The bucket tolerates 1e-9 s of float rounding: at most 5e-6 calls at 5000/s.
+EPSILON = 1e-5
+
+rates = st.floats(min_value=0.1, max_value=5000)
+bursts = st.integers(min_value=1, max_value=100)
+
+
+@pytest.mark.parametrize(
+    ("text", "per_s", "burst"),
+    [
+        ("500/s", 500.0, 25),
+        ("30/min", 0.5, 1),
+        ("500/s:burst=50", 500.0, 50),
+        (" 7200 / h : burst = 3 ", 2.0, 3),
+        ("2.5/sec", 2.5, 1),
+        ("10/S", 10.0, 1),
+    ],
+)
+def test_parse_accepts_documented_forms(text: str, per_s: float, burst: int) -> None:
+    assert parse_rate_limit(text) == RateLimit(per_s=per_s, burst=burst)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "500", "500/", "/s", "500/day", "0/s", "-5/s", "500/s:burst=0",
+             "500/s:burst=", "500/s:bust=5", "500/s burst=5", "abc/s", "1e3/s"],
+)
+def test_parse_rejects_bad_input_naming_the_forms(text: str) -> None:
+    with pytest.raises(ConfigError, match="rate limit") as caught:
+        parse_rate_limit(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_rate_limit_rejects_non_positive_rate_and_burst() -> None:
+    with pytest.raises(ConfigError):
+        RateLimit(per_s=0, burst=1)
+    with pytest.raises(ConfigError):
+        RateLimit(per_s=1, burst=0)
+
+
+def test_full_bucket_admits_the_burst_then_spaces_calls() -> None:
+    bucket = TokenBucket(RateLimit(per_s=10, burst=3), now=0.0)
+    assert [bucket.try_acquire(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.next_at(0.0) == pytest.approx(0.1)
+    assert bucket.delay_s(0.05) == pytest.approx(0.05)
+    assert bucket.delay_s(0.1) == 0.0
+    assert not bucket.try_acquire(0.1)
+
+
+def test_a_refused_acquire_leaves_the_bucket_unchanged() -> None:
+    bucket = TokenBucket(RateLimit(per_s=1, burst=1), now=0.0)
+    assert bucket.try_acquire(0.0)
+    for _ in range(5):
+        assert not bucket.try_acquire(0.5)
+    assert bucket.try_acquire(1.0)
+
+
+def test_idle_time_refills_at_most_the_burst() -> None:
+    bucket = TokenBucket(RateLimit(per_s=100, burst=5), now=0.0)
+    assert bucket.available(1000.0) == 5
+    admitted = sum(bucket.try_acquire(1000.0) for _ in range(10))
+    assert admitted == 5
+    assert bucket.available(1000.0) == 0
+
+
+@given(
+    rate=rates,
+    burst=bursts,
+    gaps=st.lists(st.floats(min_value=0, max_value=2), min_size=1, max_size=300),
+)
+def test_no_span_admits_more_than_rate_times_span_plus_burst(
+    rate: float, burst: int, gaps: list[float]
+) -> None:
+    bucket = TokenBucket(RateLimit(per_s=rate, burst=burst), now=0.0)
+    now = 0.0
+    admitted: list[float] = []
+    for gap in gaps:
+        now += gap / rate  # gaps in units of the interval: both sparse and crowded callers
+        if bucket.try_acquire(now):
+            admitted.append(now)
+    for first in range(len(admitted)):
+        for last in range(first, len(admitted)):
+            span_s = admitted[last] - admitted[first]
+            assert last - first + 1 <= rate * span_s + burst + EPSILON
+
+
+@given(rate=rates, burst=bursts, span_intervals=st.floats(min_value=0, max_value=500))
+def test_a_saturated_caller_gets_rate_times_span_within_one(
+    rate: float, burst: int, span_intervals: float
+) -> None:
+    span_s = span_intervals / rate
+    bucket = TokenBucket(RateLimit(per_s=rate, burst=burst), now=0.0)
+    admitted = 0
+    now = 0.0
+    while now <= span_s:
+        wait_s = bucket.delay_s(now)
+        if wait_s == 0:
+            admitted += 1
+        now += wait_s
+    assert abs(admitted - (rate * span_s + burst)) <= 1 + EPSILON
+
+
+@given(rate=rates, burst=bursts, now=st.floats(min_value=0, max_value=1e6))
+def test_next_at_is_when_try_acquire_succeeds(rate: float, burst: int, now: float) -> None:
+    bucket = TokenBucket(RateLimit(per_s=rate, burst=burst), now=0.0)
+    while bucket.try_acquire(now):
+        pass
+    ready_at = bucket.next_at(now)
+    assert ready_at >= now
+    assert bucket.try_acquire(ready_at)
