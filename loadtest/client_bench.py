@@ -4,10 +4,11 @@
 
 An aiohttp.web server in a separate process on loopback answers every POST at once, so the
 client's CPU time (`time.process_time()`) per completed call measures the client alone: httpx's
-default transport, httpx over the httpx-aiohttp transport, plain aiohttp, and Waitline's own
-`HttpCounterparty`. Each cell first opens its N connections with one untimed round of N calls,
-then N workers share a budget of `--calls` calls, cut short after `--max-seconds`. Prints a
-Markdown table.
+default transport, httpx over the httpx-aiohttp transport, plain aiohttp, Waitline's own
+`HttpCounterparty`, and the built-in HTTP handler (aiohttp, or httpx) behind
+`HandlerCounterparty`, as `waitline dispatch --handler` runs it. Each cell first opens its N
+connections with one untimed round of N calls, then N workers share a budget of `--calls`
+calls, cut short after `--max-seconds`. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ import httpx
 from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
+from dispatcher.handlers import Handler
+from dispatcher.handlers.http import AiohttpHandler
+from dispatcher.handlers.http_config import HttpHandlerConfig
+from dispatcher.handlers.httpx_handler import HttpxHandler
+from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.pod.counterparty import CallRequest, CounterpartySettings, HttpCounterparty
+from dispatcher.wire import SourceRecord
 
 BODY = (
     b'{"order_id": "0f8fad5b-d9cb-469f-a165-70867728950e", "amount": "125.40", "currency": "EUR"}'
@@ -153,11 +160,42 @@ async def waitline_counterparty(url: str, concurrency: int) -> AsyncIterator[Cal
         yield call
 
 
+@contextlib.asynccontextmanager
+async def _handler_call(handler: Handler) -> AsyncIterator[Call]:
+    """A handler behind the engine's seam, as the pod runs it (`HandlerCounterparty`)."""
+    counterparty = HandlerCounterparty(handler, handler_retry_policy(60.0))
+    source = SourceRecord(topic="orders", partition=0, offset=0, key=b"k", value=BODY,
+                          headers=(), timestamp_ms=0)
+    request = CallRequest(body=BODY, idempotency_key=IDEMPOTENCY_KEY, source=source)
+
+    async def call() -> bool:
+        return (await counterparty.call(request)).ok
+
+    yield call
+
+
+@contextlib.asynccontextmanager
+async def http_handler_aiohttp(url: str, concurrency: int) -> AsyncIterator[Call]:
+    config = HttpHandlerConfig(url=url, max_connections=concurrency)
+    async with AiohttpHandler(config) as handler, _handler_call(handler) as call:
+        yield call
+
+
+@contextlib.asynccontextmanager
+async def http_handler_httpx(url: str, concurrency: int) -> AsyncIterator[Call]:
+    async with httpx.AsyncClient(limits=_httpx_limits(concurrency), timeout=60) as client:
+        handler = HttpxHandler(client, HttpHandlerConfig(url=url))
+        async with _handler_call(handler) as call:
+            yield call
+
+
 CANDIDATES: dict[str, ClientFactory] = {
     "httpx default transport": httpx_default,
     "httpx + httpx-aiohttp": httpx_over_aiohttp,
     "plain aiohttp": plain_aiohttp,
     "HttpCounterparty": waitline_counterparty,
+    "HTTP handler (aiohttp)": http_handler_aiohttp,
+    "HTTP handler (httpx)": http_handler_httpx,
 }
 
 

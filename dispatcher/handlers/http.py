@@ -10,6 +10,7 @@ Connection errors are `Retryable`, except an untrusted certificate, which will n
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any, Self
 
@@ -59,7 +60,7 @@ class AiohttpHandler:
             async with session.request(request.method, request.url, data=request.body,
                                        headers=request.headers,
                                        allow_redirects=False) as response:
-                body = await response.read()
+                body = await _read_at_most(response, self.config.max_response_bytes + 1)
                 retry_after = response.headers.get("Retry-After")
                 status = response.status
         except aiohttp.ClientConnectorCertificateError:
@@ -67,6 +68,15 @@ class AiohttpHandler:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise Retryable(f"{type(exc).__name__}: {exc}") from exc
         return self._exchange.result_of(status, body, retry_after)
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body, or its first `limit` bytes: a huge answer cannot exhaust memory (one longer
+    than `max_response_bytes` is refused as a result; its start still names an error)."""
+    try:
+        return await response.content.readexactly(limit)
+    except asyncio.IncompleteReadError as shorter:
+        return shorter.partial
 
 
 def handler(**config: Any) -> AiohttpHandler:

@@ -116,8 +116,8 @@ class HttpExchange:
         if status in self.config.success_statuses:
             if len(body) > self.config.max_response_bytes:
                 raise ResponseTooLargeError(
-                    f"HTTP {status} answer of {len(body)} bytes exceeds max_response_bytes "
-                    f"({self.config.max_response_bytes})")
+                    f"the HTTP {status} answer exceeds max_response_bytes "
+                    f"({self.config.max_response_bytes}), the largest result it keeps")
             return body
         snippet = body_snippet(body)
         message = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status} with an empty body"

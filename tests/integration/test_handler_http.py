@@ -221,3 +221,13 @@ async def test_an_untrusted_server_certificate_is_a_permanent_failure(
     assert "CERTIFICATE_VERIFY_FAILED" in outcome.failure.message
     assert outcome.attempts == 1 and recorder.seen == []
 
+
+
+@CLIENTS
+async def test_an_answer_larger_than_max_response_bytes_is_not_a_result(client: Client) -> None:
+    recorder = Recorder([(200, b"x" * 5000, {})])
+    async with serve(recorder) as base:
+        outcome = await call(client, load_http_config(url=base, max_response_bytes=4096))
+    assert outcome.failure is not None
+    assert outcome.failure.exception == "ResponseTooLargeError"
+    assert "exceeds max_response_bytes (4096)" in outcome.failure.message
