@@ -1,10 +1,13 @@
-"""The expiry sweep: expired `wait` rows → DLQ records, at least once.
+"""The expiry sweep: expired `wait` rows → DLQ records, then their tombstones, at least once.
 
 One round, all in the caller's transaction: `claim_expired` locks up to `limit` expired, unsent
 rows of one wait topic (SKIP LOCKED, so concurrent sweepers share the work without waiting on
-each other); the caller produces `to_dlq(row)` for each and awaits every acknowledgement;
-`mark_sent` stamps `dlq_sent_at`; the caller commits. A crash before the commit leaves the rows
-unsent and the next round sends them again: a DLQ record may repeat, it is never skipped.
+each other); the caller produces `to_dlq(row)` for each and awaits every acknowledgement, then
+`to_tombstone(row)` to the wait topic (the sweep stands in for the dispatcher that died before
+its tombstone) and awaits those; `mark_sent` stamps `dlq_sent_at`; the caller commits. The row
+leaves the table when the mirror applies that tombstone. A crash before the commit leaves the
+rows unsent and the next round sends them again: a DLQ record or a tombstone may repeat, none
+is skipped.
 
 While a row is claimed the mirror's update or delete of it waits for the sweeper's commit, so a
 re-prepare that arrives meanwhile still reopens the row afterwards (connectors/sink.py).
@@ -33,13 +36,14 @@ from dispatcher.wire import (
     decode_original_headers,
     dlq_record,
     format_expiration,
+    wait_tombstone,
 )
 
 EXPIRED_EXCEPTION = "ExpiredRecordException"
 """The DLQ `Exception` header of a record whose wait expired without an outcome."""
 
 _CLAIM_EXPIRED = """
-SELECT wait_topic, wait_id, wait_offset,
+SELECT wait_topic, wait_id, wait_partition, wait_offset,
        original_topic, original_partition, original_offset, original_key,
        original_timestamp_ms, original_headers::text AS original_headers, body,
        wait_expiration_time, dlq_topic, dispatcher_group
@@ -68,6 +72,7 @@ class ExpiredWait:
 
     wait_topic: str
     wait_id: uuid.UUID
+    wait_partition: int
     wait_offset: int
     source: SourceRecord
     expires_at: datetime
@@ -104,6 +109,14 @@ def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
     return row.dlq_topic, dlq_record(row.source, row.group, failure, wait_id=row.wait_id)
 
 
+def to_tombstone(row: ExpiredWait) -> tuple[int, OutgoingRecord]:
+    """The wait-topic partition and tombstone that close an expired row once its DLQ record is
+    acknowledged: the prepare's partition (compaction and the mirror's order are per partition,
+    and a grown topic would hash the key elsewhere), its key, null value, its headers."""
+    record = wait_tombstone(row.source, row.group, row.expires_at, wait_id=row.wait_id)
+    return row.wait_partition, record
+
+
 def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:
     """Stamp `dlq_sent_at` on `rows` in the caller's transaction; commit after the DLQ acks."""
     if not rows:
@@ -121,11 +134,12 @@ def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:
 async def expire_once(
     dsn: str, bootstrap_servers: str, *, wait_topic: str, batch_size: int = 1000
 ) -> int:
-    """Send every expired, unsent row of `wait_topic` to its DLQ; returns DLQ records sent.
+    """Send every expired, unsent row of `wait_topic` to its DLQ, then its tombstone to
+    `wait_topic`; returns DLQ records sent.
 
-    Rounds of claim → produce all → await every ack → mark_sent → commit, until a round claims
-    nothing. Kafka failures raise ProduceError, PostgreSQL failures RegistryError; the rows of
-    the failed round stay unsent.
+    Rounds of claim → produce all → await every ack → tombstones, acked → mark_sent → commit,
+    until a round claims nothing. Kafka failures raise ProduceError, PostgreSQL failures
+    RegistryError; the rows of the failed round stay unsent.
     """
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True
@@ -168,6 +182,19 @@ async def _expire_round(
                 )
             )
         await asyncio.gather(*acks)
+        closes = []
+        for row in rows:
+            partition, tombstone = to_tombstone(row)
+            closes.append(
+                await producer.send(
+                    wait_topic,
+                    key=tombstone.key,
+                    value=None,
+                    headers=list(tombstone.headers),
+                    partition=partition,
+                )
+            )
+        await asyncio.gather(*closes)
         await asyncio.to_thread(mark_sent, conn, rows)
     await asyncio.to_thread(conn.commit)
     return len(rows)
@@ -181,6 +208,7 @@ def _expired_wait(
     *,
     wait_topic: str,
     wait_id: uuid.UUID,
+    wait_partition: int,
     wait_offset: int,
     original_topic: str,
     original_partition: int,
@@ -197,6 +225,7 @@ def _expired_wait(
     return ExpiredWait(
         wait_topic=wait_topic,
         wait_id=wait_id,
+        wait_partition=wait_partition,
         wait_offset=wait_offset,
         source=SourceRecord(
             topic=original_topic,

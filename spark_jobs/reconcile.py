@@ -14,9 +14,10 @@ applies them in one PostgreSQL transaction. Applying a batch twice changes nothi
 replayed after a crash, before its checkpoint commit, is harmless.
 
 Expire, per round of `expiry_batch_size` rows, in one transaction: `claim_expired` locks rows,
-`to_dlq` builds their DLQ records, Spark's Kafka sink writes them (acks=all, idempotent),
-`mark_sent` stamps them, commit. A crash between the write and the commit repeats DLQ records on
-the next run; none is skipped.
+`to_dlq` builds their DLQ records, Spark's Kafka sink writes them (acks=all, idempotent), then
+the tombstones that close them to the wait topic, `mark_sent` stamps them, commit. The row leaves
+the table when a later cycle mirrors its tombstone. A crash between the writes and the commit
+repeats DLQ records and tombstones on the next run; none is skipped.
 
 PostgreSQL down: a batch or round fails on a connection error and is retried with exponential
 backoff until PostgreSQL answers again (or the job is stopped), so the stream stalls and then
@@ -41,7 +42,13 @@ from connectors.sink import MirrorResult, apply_batch
 from connectors.source import claim_expired, mark_sent
 from dispatcher.errors import RegistryError
 from spark_jobs.config import ReconcileConfig
-from spark_jobs.expiry import DLQ_PRODUCER_OPTIONS, DLQ_SCHEMA, dlq_rows
+from spark_jobs.expiry import (
+    DLQ_PRODUCER_OPTIONS,
+    DLQ_SCHEMA,
+    TOMBSTONE_SCHEMA,
+    dlq_rows,
+    tombstone_rows,
+)
 from spark_jobs.mirror import BatchTally, CycleReport, pending_changes
 from spark_jobs.registry_link import RegistryConnection, registry_unavailable
 
@@ -187,16 +194,19 @@ class ReconcileJob:
             )
             if not rows:
                 return 0
-            self._write_dlq(dlq_rows(rows))
+            self._write_kafka(dlq_rows(rows), DLQ_SCHEMA)
+            # Only after the DLQ acknowledged every record: a tombstone without its DLQ record
+            # would close a wait that nothing recorded.
+            self._write_kafka(tombstone_rows(self.config.wait_topic, rows), TOMBSTONE_SCHEMA)
             mark_sent(conn, rows)
         log.info("expired waits sent to the DLQ", wait_topic=self.config.wait_topic,
                  dlq_topic=self.config.dlq_topic, expired_sent=len(rows))  # fmt: skip
         return len(rows)
 
-    def _write_dlq(self, rows: list[tuple[Any, ...]]) -> None:
+    def _write_kafka(self, rows: list[tuple[Any, ...]], schema: str) -> None:
         """Write through Spark's Kafka sink; returns only once Kafka acknowledged every record."""
         (
-            self.spark.createDataFrame(rows, schema=DLQ_SCHEMA)
+            self.spark.createDataFrame(rows, schema=schema)
             .write.format("kafka")
             .options(**self._kafka_options())
             .options(**DLQ_PRODUCER_OPTIONS)

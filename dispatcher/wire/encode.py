@@ -40,9 +40,12 @@ def wait_record(source: SourceRecord, group: str, expires_at: datetime) -> Outgo
     return _wait_topic_record(source, group, expires_at, source.value)
 
 
-def wait_tombstone(source: SourceRecord, group: str, expires_at: datetime) -> OutgoingRecord:
-    """The tombstone closing `source`'s prepare: same key and headers, null value."""
-    return _wait_topic_record(source, group, expires_at, None)
+def wait_tombstone(
+    source: SourceRecord, group: str, expires_at: datetime, *, wait_id: uuid.UUID | None = None
+) -> OutgoingRecord:
+    """The tombstone closing `source`'s prepare: same key and headers, null value. `wait_id`
+    defaults to the derived one; the expiry sweep passes the row's own (see `dlq_record`)."""
+    return _wait_topic_record(source, group, expires_at, None, wait_id)
 
 
 def tombstone_of(prepare: OutgoingRecord) -> OutgoingRecord:
@@ -102,9 +105,14 @@ def record_sizes(source: SourceRecord) -> str:
 
 
 def _wait_topic_record(
-    source: SourceRecord, group: str, expires_at: datetime, value: bytes | None
+    source: SourceRecord,
+    group: str,
+    expires_at: datetime,
+    value: bytes | None,
+    wait_id: uuid.UUID | None = None,
 ) -> OutgoingRecord:
-    wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+    if wait_id is None:
+        wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
     headers = [
         *_origin_headers(source),
         (WAIT_EXPIRATION_UUID, str(wait_id)),

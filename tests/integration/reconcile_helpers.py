@@ -4,13 +4,15 @@ fresh group with its wait and DLQ topics (`waits`), and ways to write and read t
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
@@ -40,23 +42,27 @@ def spark() -> Iterator[SparkSession]:
 class WaitTopic:
     """A fresh group with its wait and DLQ topics, and helpers to write and inspect them."""
 
-    def __init__(self, group: str, bootstrap: str, dsn: str, checkpoint: Path) -> None:
+    def __init__(
+        self, group: str, bootstrap: str, dsn: str, checkpoint: Path,
+        *, wait_partitions: int = 3, dlq_configs: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.group = group
         self.wait_topic = f"{group}.wait"
         self.dlq_topic = f"{group}.dlq"
         self.bootstrap = bootstrap
         self.dsn = dsn
         self.checkpoint = checkpoint
-        asyncio.run(self._create_topics())
+        asyncio.run(self._create_topics(wait_partitions, dlq_configs or {}))
 
-    async def _create_topics(self) -> None:
+    async def _create_topics(self, wait_partitions: int, dlq_configs: dict[str, str]) -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         try:
             await admin.create_topics(
                 [
-                    NewTopic(self.wait_topic, 3, 1, topic_configs={"cleanup.policy": "compact"}),
-                    NewTopic(self.dlq_topic, 1, 1),
+                    NewTopic(self.wait_topic, wait_partitions, 1,
+                             topic_configs={"cleanup.policy": "compact"}),
+                    NewTopic(self.dlq_topic, 1, 1, topic_configs=dlq_configs),
                 ]
             )
         finally:
@@ -98,8 +104,11 @@ class WaitTopic:
             ).fetchall()
         return {row[0] for row in rows}
 
-    def dlq_records(self) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    def dlq_records(self) -> list[Record]:
         return asyncio.run(read_all(self.bootstrap, self.dlq_topic))
+
+    def wait_topic_records(self) -> list[ConsumerRecord[bytes, bytes]]:
+        return asyncio.run(read_records(self.bootstrap, self.wait_topic))
 
 
 async def produce(bootstrap: str, topic: str, records: Sequence[OutgoingRecord]) -> None:
@@ -115,9 +124,16 @@ async def produce(bootstrap: str, topic: str, records: Sequence[OutgoingRecord])
         await producer.stop()
 
 
-async def read_all(
-    bootstrap: str, topic: str
-) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
+async def read_all(bootstrap: str, topic: str) -> list[Record]:
+    """Every record of `topic` as (key, value, headers)."""
+    return [(r.key, r.value, list(r.headers)) for r in await read_records(bootstrap, topic)]
+
+
+async def read_records(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every record of `topic`, as the consumer returns them (partition and offset included)."""
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
     )
@@ -128,10 +144,10 @@ async def read_all(
             await asyncio.sleep(0.1)
             partitions = consumer.assignment()
         end = await consumer.end_offsets(list(partitions))
-        records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+        records: list[ConsumerRecord[bytes, bytes]] = []
         while [tp for tp in partitions if await consumer.position(tp) < end[tp]]:
             batch = await consumer.getmany(timeout_ms=1000)
-            records.extend((r.key, r.value, list(r.headers)) for rs in batch.values() for r in rs)
+            records.extend(r for rs in batch.values() for r in rs)
         return records
     finally:
         await consumer.stop()
@@ -147,3 +163,32 @@ def waits(
     kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> WaitTopic:
     return WaitTopic(unique_name("reconcile"), kafka_bootstrap, pg_dsn, tmp_path / "checkpoint")
+
+
+def reference_wait_record(
+    wait_id: uuid.UUID, source: SourceRecord, expiration: str, *, tombstone: bool = False
+) -> OutgoingRecord:
+    """A wait record as the reference design writes it: header by header, DESIGN.md's table."""
+    assert source.key is not None and source.value is not None
+    headers = (
+        ("ORIGINAL_TOPIC", source.topic.encode()),
+        ("ORIGINAL_PARTITION", str(source.partition).encode()),
+        ("ORIGINAL_OFFSET", str(source.offset).encode()),
+        ("ORIGINAL_KEY", source.key),
+        ("ORIGINAL_TIMESTAMP", str(source.timestamp_ms).encode()),
+        ("ORIGINAL_HEADERS", json.dumps({k: v.decode() for k, v in source.headers if v}).encode()),
+        ("WAIT_EXPIRATION_UUID", str(wait_id).encode()),
+        ("WAIT_EXPIRATION_TIME", expiration.encode()),
+    )
+    return OutgoingRecord(
+        key=str(wait_id).encode(), value=None if tombstone else source.value, headers=headers
+    )
+
+
+def original(offset: int) -> SourceRecord:
+    return SourceRecord(
+        topic=INPUT_TOPIC, partition=offset % 3, offset=1000 + offset,
+        key=f"order-{offset}".encode(), value=f'{{"amount": {offset}}}'.encode(),
+        headers=(("traceparent", b"00-%d-01" % offset), ("tenant", b"acme")),
+        timestamp_ms=1_700_000_000_000 + offset,
+    )  # fmt: skip

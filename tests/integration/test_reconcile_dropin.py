@@ -8,47 +8,18 @@ counted, never rejected; only a record that cannot be parsed lands in `wait_reje
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
-from reconcile_helpers import INPUT_TOPIC, WaitTopic, run_cycle
+from reconcile_helpers import WaitTopic, original, reference_wait_record, run_cycle
 
-from dispatcher.wire import OutgoingRecord, SourceRecord, parse_dlq_record
+from dispatcher.wire import parse_dlq_record
 
-pytestmark = pytest.mark.spark
-
-
-def reference_wait_record(
-    wait_id: uuid.UUID, source: SourceRecord, expiration: str, *, tombstone: bool = False
-) -> OutgoingRecord:
-    """A wait record as the reference design writes it: header by header, DESIGN.md's table."""
-    assert source.key is not None and source.value is not None
-    headers = (
-        ("ORIGINAL_TOPIC", source.topic.encode()),
-        ("ORIGINAL_PARTITION", str(source.partition).encode()),
-        ("ORIGINAL_OFFSET", str(source.offset).encode()),
-        ("ORIGINAL_KEY", source.key),
-        ("ORIGINAL_TIMESTAMP", str(source.timestamp_ms).encode()),
-        ("ORIGINAL_HEADERS", json.dumps({k: v.decode() for k, v in source.headers if v}).encode()),
-        ("WAIT_EXPIRATION_UUID", str(wait_id).encode()),
-        ("WAIT_EXPIRATION_TIME", expiration.encode()),
-    )
-    return OutgoingRecord(
-        key=str(wait_id).encode(), value=None if tombstone else source.value, headers=headers
-    )
-
-
-def original(offset: int) -> SourceRecord:
-    return SourceRecord(
-        topic=INPUT_TOPIC, partition=offset % 3, offset=1000 + offset,
-        key=f"order-{offset}".encode(), value=f'{{"amount": {offset}}}'.encode(),
-        headers=(("traceparent", b"00-%d-01" % offset), ("tenant", b"acme")),
-        timestamp_ms=1_700_000_000_000 + offset,
-    )  # fmt: skip
+# Spark on a loaded 2-core machine: the first test also starts the JVM; not a speed check.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 def test_reference_format_waits_expire_into_dlq_records_that_rebuild_the_originals(

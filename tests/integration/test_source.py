@@ -115,6 +115,7 @@ def test_claimed_row_holds_the_original_record(
     assert row == ExpiredWait(
         wait_topic=registry.wait_topic,
         wait_id=wait_id,
+        wait_partition=0,
         wait_offset=0,
         source=original,
         expires_at=expires_at,
@@ -194,6 +195,12 @@ def test_to_dlq_writes_the_dispatchers_dlq_format(
 
 async def read_dlq(bootstrap: str, topic: str, expected: int) -> list[DlqEntry]:
     """Every record of `topic`'s partition 0 once `expected` are there (or 20 s have passed)."""
+    records = await read_partition(bootstrap, topic, expected)
+    return [parse_dlq_record(r.key, r.value, tuple(r.headers)) for r in records]
+
+
+async def read_partition(bootstrap: str, topic: str, expected: int) -> list[Any]:
+    """Every record of `topic`'s partition 0 once `expected` are there (or 20 s have passed)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -207,7 +214,7 @@ async def read_dlq(bootstrap: str, topic: str, expected: int) -> list[DlqEntry]:
             records.extend(batch.get(partition, []))
         # Anything beyond `expected` would be a duplicate: give it a moment to show up.
         records.extend((await consumer.getmany(partition, timeout_ms=500)).get(partition, []))
-        return [parse_dlq_record(r.key, r.value, tuple(r.headers)) for r in records]
+        return records
     finally:
         await consumer.stop()
 
@@ -225,10 +232,10 @@ async def test_expire_once_sends_each_expired_row_once(
     pg_dsn: str, kafka_bootstrap: str, registry: Registry
 ) -> None:
     await create_topic(kafka_bootstrap, registry.dlq_topic)
+    await create_topic(kafka_bootstrap, registry.wait_topic)
     past = datetime.now(UTC) - timedelta(minutes=1)
     originals = [source(i) for i in range(7)]
-    for original in originals:
-        registry.open_wait(original, past)
+    expired_ids = {registry.open_wait(original, past) for original in originals}
     pending = registry.open_wait(source(100), datetime.now(UTC) + timedelta(hours=1))
 
     sent = await expire_once(pg_dsn, kafka_bootstrap, wait_topic=registry.wait_topic,
@@ -237,6 +244,10 @@ async def test_expire_once_sends_each_expired_row_once(
     entries = await read_dlq(kafka_bootstrap, registry.dlq_topic, expected=7)
     assert sorted((e.source for e in entries), key=lambda s: s.offset) == originals
     assert {e.failure.exception for e in entries} == {EXPIRED_EXCEPTION}
+    # Each DLQ record is followed by the tombstone that closes its wait.
+    tombstones = await read_partition(kafka_bootstrap, registry.wait_topic, expected=7)
+    assert {uuid.UUID(r.key.decode()) for r in tombstones if r.value is None} == expired_ids
+    assert len(tombstones) == 7
 
     states = registry.sent_at()
     assert states.pop(pending) is None
