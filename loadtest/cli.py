@@ -60,6 +60,9 @@ def counterparty(
     hang_s: Annotated[float, typer.Option(
         "--hang-s", help="How long a hanging request is held, in seconds.",
         min=0.0)] = DEFAULT_HANG_S,
+    record_keys: Annotated[bool, typer.Option(
+        "--record-keys", help="Keep the calls per Idempotency-Key and serve them at GET /calls "
+        "(memory grows with the keys).")] = False,
 ) -> None:
     """Serve the mock counterparty until Ctrl-C or SIGTERM."""
     try:
@@ -72,7 +75,8 @@ def counterparty(
         typer.echo(f"stats: GET {url}stats   reset: POST {url}stats/reset")
 
     try:
-        asyncio.run(serve_forever(latency_model, host, port, hang_s=hang_s, on_ready=announce))
+        asyncio.run(serve_forever(latency_model, host, port, hang_s=hang_s,
+                                  record_keys=record_keys, on_ready=announce))
     except OSError as exc:  # address in use, permission denied
         _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", FAILURE_EXIT_CODE)
     typer.echo("mock counterparty stopped")

@@ -3,7 +3,8 @@
 Any `POST` path is a call: it waits the model's delay and answers 200 `{"status":"ok"}`, or the
 model's error status; a hang is held for `hang_s` or until the client goes away. Each call's
 `Idempotency-Key` header is recorded so a load test can count duplicate calls.
-`GET /stats` reports the counts as JSON, `POST /stats/reset` zeroes them.
+`GET /stats` reports the counts as JSON, `POST /stats/reset` zeroes them. With `record_keys`
+(`--record-keys`) `GET /calls` also lists the calls per key, for an account record by record.
 
 One event loop serves every request (no thread per request) and a call costs one body hash and
 one timer, because this server shares the machine with the dispatcher it measures.
@@ -59,6 +60,8 @@ class CounterpartyStats:
     abandoned: int = 0  # the client went away before the answer
     by_status: Counter[int] = field(default_factory=Counter)
     key_digests: set[int] = field(default_factory=set)
+    # Only when asked for: full keys cost far more memory than digests in a long load test.
+    calls_by_key: Counter[str] | None = None
 
     def record_arrival(self, idempotency_key: str | None, in_flight: int) -> None:
         self.requests += 1
@@ -66,6 +69,8 @@ class CounterpartyStats:
         if idempotency_key is None:
             self.requests_without_key += 1
             return
+        if self.calls_by_key is not None:
+            self.calls_by_key[idempotency_key] += 1
         digest = int.from_bytes(
             hashlib.blake2b(idempotency_key.encode(), digest_size=8).digest()
         )
@@ -92,12 +97,13 @@ class MockCounterparty:
     """The server, as an async context manager: `async with MockCounterparty(model) as mock:`."""
 
     def __init__(self, model: LatencyModel, host: str = "127.0.0.1", port: int = 0,
-                 *, hang_s: float = DEFAULT_HANG_S) -> None:
+                 *, hang_s: float = DEFAULT_HANG_S, record_keys: bool = False) -> None:
         self.model = model
+        self.record_keys = record_keys
         self.host = host
         self.port = port
         self.hang_s = hang_s
-        self._stats = CounterpartyStats()
+        self._stats = self._fresh_stats()
         self._in_flight = 0  # outside the stats: a reset must not forget calls still held
         self._runner: web.AppRunner | None = None
 
@@ -115,12 +121,22 @@ class MockCounterparty:
 
     def reset_stats(self) -> None:
         """Zero the counts; calls still held count towards the new peak."""
-        self._stats = CounterpartyStats(peak_concurrency=self._in_flight)
+        self._stats = self._fresh_stats(peak_concurrency=self._in_flight)
+
+    def _fresh_stats(self, peak_concurrency: int = 0) -> CounterpartyStats:
+        return CounterpartyStats(peak_concurrency=peak_concurrency,
+                                 calls_by_key=Counter() if self.record_keys else None)
+
+    def calls_by_key(self) -> dict[str, int] | None:
+        """Calls per Idempotency-Key since start or reset; None unless `record_keys`."""
+        recorded = self._stats.calls_by_key
+        return None if recorded is None else dict(recorded)
 
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/stats", self._handle_stats)
         app.router.add_post("/stats/reset", self._handle_reset)
+        app.router.add_get("/calls", self._handle_calls)
         app.router.add_post("/{path:.*}", self._handle_call)
         # handler_cancellation: a client that gives up on a hang frees it at once.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
@@ -133,7 +149,7 @@ class MockCounterparty:
             await runner.cleanup()
             raise
         self.port = int(runner.addresses[0][1])
-        self._stats = CounterpartyStats()
+        self._stats = self._fresh_stats()
         self._runner = runner
 
     async def stop(self) -> None:
@@ -172,9 +188,15 @@ class MockCounterparty:
         self.reset_stats()
         return web.json_response(self.stats())
 
+    async def _handle_calls(self, request: web.Request) -> web.Response:
+        calls = self.calls_by_key()
+        if calls is None:
+            return web.json_response({"error": "start the mock with --record-keys"}, status=409)
+        return web.json_response({"calls": calls})
+
 
 async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int = 0, *,
-                        hang_s: float = DEFAULT_HANG_S,
+                        hang_s: float = DEFAULT_HANG_S, record_keys: bool = False,
                         on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then stop cleanly; `on_ready` gets the URL once bound."""
     stop_requested = asyncio.Event()
@@ -182,7 +204,8 @@ async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop_requested.set)
     try:
-        async with MockCounterparty(model, host, port, hang_s=hang_s) as mock:
+        async with MockCounterparty(model, host, port, hang_s=hang_s,
+                                    record_keys=record_keys) as mock:
             if on_ready is not None:
                 on_ready(mock.url)
             await stop_requested.wait()

@@ -26,6 +26,16 @@ CACHE_ENV = "WAITLINE_CACHE_DIR"
 KAFKA_CONNECTOR_JAR_PREFIX = "spark-sql-kafka-0-10_"
 # Scala 2.13: the only Scala build of Spark 4.
 KAFKA_CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+# The connector's dependencies pyspark/jars already holds, left out of a Maven resolution as
+# compose/local/spark/pom.xml leaves them out: no second copy of a class shadows pyspark's, and
+# Ivy never looks for them (it fails on a ~/.m2 holding a POM without its jar).
+PYSPARK_SHIPPED = (
+    "org.apache.spark:spark-tags_2.13", "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.hadoop:hadoop-client-api", "org.scala-lang:scala-library",
+    "org.scala-lang.modules:scala-parallel-collections_2.13",
+    "com.google.code.findbugs:jsr305", "org.slf4j:slf4j-api", "org.xerial.snappy:snappy-java",
+    "at.yawk.lz4:lz4-java", "org.lz4:lz4-java", "com.github.luben:zstd-jni",
+)  # fmt: skip
 APP_NAME = "waitline-reconcile"
 GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
 
@@ -74,7 +84,8 @@ def choose_connector(jars_dir: Path, spark_version: str) -> Connector:
         )
     coordinates = f"{KAFKA_CONNECTOR_ARTIFACT}:{spark_version}"
     return Connector(
-        conf={"spark.jars.packages": coordinates},
+        conf={"spark.jars.packages": coordinates,
+              "spark.jars.excludes": ",".join(PYSPARK_SHIPPED)},
         description=(
             f"Spark's Kafka connector: {KAFKA_CONNECTOR_JAR_PREFIX}*.jar is not in {jars_dir}; "
             f"resolving {coordinates} from Maven (spark.jars.packages). `make setup` or "

@@ -135,6 +135,27 @@ async def test_stats_count_duplicates_by_idempotency_key(session: aiohttp.Client
     assert after_reset["started_at"] >= stats["started_at"]
 
 
+async def test_calls_per_key_are_served_only_when_recorded(
+    session: aiohttp.ClientSession,
+) -> None:
+    async with MockCounterparty(parse_model("fixed:0"), record_keys=True) as mock:
+        for key in ["key-a", "key-b", "key-a", "key-a", None]:
+            await timed_post(session, mock.url, key=key)
+        async with session.get(mock.url + "calls") as response:
+            calls = await response.json()
+        async with session.post(mock.url + "stats/reset"):
+            pass
+        async with session.get(mock.url + "calls") as response:
+            after_reset = await response.json()
+    assert calls == {"calls": {"key-a": 3, "key-b": 1}}
+    assert after_reset == {"calls": {}}
+    async with MockCounterparty(parse_model("fixed:0")) as mock:
+        assert mock.calls_by_key() is None
+        async with session.get(mock.url + "calls") as response:
+            assert response.status == 409
+            assert "--record-keys" in (await response.json())["error"]
+
+
 async def test_reset_keeps_counting_requests_still_in_flight(
     session: aiohttp.ClientSession,
 ) -> None:

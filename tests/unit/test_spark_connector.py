@@ -44,7 +44,10 @@ def test_a_cache_without_the_connector_resolves_it_by_maven_coordinates(
     folder = tmp_path / "spark-jars" if names is None else _folder(tmp_path, names)
     connector = session.choose_connector(folder, "4.2.0")
     coordinates = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
-    assert dict(connector.conf) == {"spark.jars.packages": coordinates}
+    assert connector.conf["spark.jars.packages"] == coordinates
+    excluded = connector.conf["spark.jars.excludes"].split(",")
+    assert {"org.slf4j:slf4j-api", "org.apache.hadoop:hadoop-client-runtime"} <= set(excluded)
+    assert all(len(coordinate.split(":")) == 2 for coordinate in excluded)
     assert coordinates in connector.description
     assert str(folder) in connector.description
 
@@ -87,6 +90,7 @@ def test_local_jars_exactly_when_a_connector_jar_is_cached(
         assert listed == [str(folder / n) for n in sorted(n for n in names if n.endswith(".jar"))]
         assert "spark.jars.packages" not in connector.conf
     else:
-        assert dict(connector.conf) == {
-            "spark.jars.packages": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
-        }
+        assert connector.conf["spark.jars.packages"] == (
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+        )
+        assert "spark.jars" not in connector.conf
