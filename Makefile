@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit lint demo bench up down status clean
+.PHONY: setup test test-unit lint demo bench chaos up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -31,6 +31,10 @@ status:
 demo: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest demo
+
+chaos: setup
+	$(VENV)/waitline dev up
+	$(VENV)/waitline loadtest chaos --scale full --out docs/RELIABILITY.md
 
 bench: setup
 	$(VENV)/waitline dev up

@@ -63,6 +63,9 @@ def counterparty(
     record_keys: Annotated[bool, typer.Option(
         "--record-keys", help="Keep the calls per Idempotency-Key and serve them at GET /calls "
         "(memory grows with the keys).")] = False,
+    calls_file: Annotated[Path | None, typer.Option(
+        help="With --record-keys: on stop, write the final calls per Idempotency-Key here "
+             "(JSON).")] = None,
 ) -> None:
     """Serve the mock counterparty until Ctrl-C or SIGTERM."""
     try:
@@ -76,7 +79,8 @@ def counterparty(
 
     try:
         asyncio.run(serve_forever(latency_model, host, port, hang_s=hang_s,
-                                  record_keys=record_keys, on_ready=announce))
+                                  record_keys=record_keys, on_ready=announce,
+                                  calls_file=calls_file))
     except OSError as exc:  # address in use, permission denied
         _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", FAILURE_EXIT_CODE)
     typer.echo("mock counterparty stopped")
@@ -191,6 +195,63 @@ def demo(
     typer.echo(f"\nreport: {out_dir / 'demo.md'}  JSON: {out_dir / 'demo.json'}  "
                f"plot: {out_dir / 'demo.png'}")
     typer.echo("The local stack is still running: `make down` (or `waitline dev down`) stops it.")
+    if not report.ok:  # a lost record or a repeat past the bound: the demo's promise broke
+        raise typer.Exit(FAILURE_EXIT_CODE)
+
+
+@app.command()
+def chaos(
+    *,
+    scale: Annotated[str, typer.Option(
+        help="short (what make test runs, ~3 min) or full (make chaos: 20 kills, a 2 min storm "
+             "and a 2 min outage, ~15 min).")] = "full",
+    scenario: Annotated[list[str] | None, typer.Option(
+        help="Run only these: kill9, rebalance, broker, outage, bad-input (repeatable).")] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack (the broker scenario needs "
+             "it: it kills and restarts that broker).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Write the results table (markdown) here, e.g. docs/RELIABILITY.md.")] = None,
+    work_dir: Annotated[Path, typer.Option(help="Pod and counterparty logs.")] = Path(
+        "reports/chaos"),
+) -> None:
+    """The fault suite: kill -9, rebalance storm, broker kill, counterparty outage and bad input
+    on the local stack, every record accounted for from outside the pods. Exits 1 if any
+    scenario loses a record or breaks its rule."""
+    from loadtest.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
+
+    if scale not in SCALES:
+        _fail(f"--scale must be one of {', '.join(SCALES)}, not {scale!r}", CONFIG_EXIT_CODE)
+    names = scenario or list(SCENARIOS)
+    if unknown := [name for name in names if name not in SCENARIOS]:
+        _fail(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
+              CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker killed on purpose
+    try:
+        results = asyncio.run(run_chaos(resolve_bootstrap_servers(bootstrap_servers), work_dir,
+                                        scale, names, console.print))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    command = "waitline loadtest chaos --scale " + scale + "".join(
+        f" --scenario {name}" for name in (scenario or []))
+    table = markdown(results, command)
+    typer.echo(table)
+    if out is not None:
+        _write_reliability(out, table)
+        typer.echo(f"written to {out}")
+    if not all(result.ok for result in results):
+        raise typer.Exit(FAILURE_EXIT_CODE)
+
+
+def _write_reliability(out: Path, table: str) -> None:
+    """Replace the generated section of `out` (between its markers), keeping the prose."""
+    begin, end = "<!-- chaos:begin -->", "<!-- chaos:end -->"
+    text = out.read_text() if out.exists() else f"{begin}\n{end}\n"
+    if begin not in text or end not in text:
+        text += f"\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    out.write_text(f"{head}{begin}\n{table}{end}{rest.split(end, 1)[1]}")
 
 
 def _run_mirror(*, events: int, rate: float, duration: str, trigger: str,

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -197,8 +199,11 @@ class MockCounterparty:
 
 async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int = 0, *,
                         hang_s: float = DEFAULT_HANG_S, record_keys: bool = False,
-                        on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then stop cleanly; `on_ready` gets the URL once bound."""
+                        on_ready: Callable[[str], None] | None = None,
+                        calls_file: Path | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then stop cleanly; `on_ready` gets the URL once bound.
+    With `calls_file` (and `record_keys`), the final calls per Idempotency-Key are written there
+    as JSON once the server has stopped: a count no call can arrive after."""
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -209,6 +214,9 @@ async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int 
             if on_ready is not None:
                 on_ready(mock.url)
             await stop_requested.wait()
+        if calls_file is not None:
+            await asyncio.to_thread(calls_file.write_text,
+                                    json.dumps({"calls": mock.calls_by_key() or {}}))
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, RuntimeError):

@@ -1,15 +1,16 @@
 """The crash-and-reconcile show of `make demo`: kill -9 the pod mid-load, restart it, let the
 reconciliation job expire what the crash left open, and account for every record.
 
-Every step runs the real commands as subprocesses (`waitline dispatch`, `waitline reconcile
---once`, `waitline registry stats`, `waitline dlq stats`), so the show exercises exactly what an
-operator would run.
+The pods, the mock counterparty and the reconciliation job run as the real commands
+(`waitline dispatch`, `waitline loadtest counterparty --record-keys`, `waitline reconcile
+--once`). The account is taken from outside the pod, record by record (`loadtest.crash_account`):
+calls per Idempotency-Key at the counterparty, the wait topic and the committed offsets right
+after the kill, and the DLQ and the wait topic at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -26,49 +27,61 @@ from dispatcher.errors import WaitlineError
 from loadtest.compare import (
     HarnessError,
     create_topic,
-    get_json,
     get_metrics,
     spawn,
     stop,
     wait_http,
+)
+from loadtest.crash_account import AtTheKill, CrashAccount, Observed, Outcome, account
+from loadtest.crash_observe import (
+    calls_by_key,
+    committed_offsets,
+    input_records,
+    read_dlq_exceptions,
+    read_wait_topic,
 )
 from loadtest.generator import produce
 from loadtest.measure import metric_sum
 
 RECORDS = 2_000
 CONCURRENCY = 100
-# 5% of calls hang past the deadline: those the crash catches in flight for longer than one
-# commit interval are past the committed offset, so nobody re-fetches them — only the registry
-# knows them, and reconciliation expires them to the DLQ.
+# 5% of calls hang past the deadline: those the crash catches in flight below the committed
+# offset are never fetched again — only the registry knows them, and reconciliation expires
+# them to the DLQ.
 MODEL = "fixed:200+hang:0.05"
 DEADLINE = "10s"
 WAIT_EXPIRATION_S = 15.0
 KILL_AFTER_FINISHED = 600
 
 
-@dataclass
+@dataclass(frozen=True)
 class CrashReport:
     records: int
-    called_keys: int
-    duplicate_calls: int
-    open_after_restart: int
-    expired_to_dlq: int
-    timed_out_to_dlq: int
-    unaccounted_max: int
+    account: CrashAccount
+
+    @property
+    def ok(self) -> bool:
+        return not self.account.violations
 
     def lines(self) -> list[str]:
-        return [
-            f"input records:                         {self.records:,}",
-            f"distinct records called:               {self.called_keys:,}",
-            f"calls repeated after the crash:        {self.duplicate_calls:,} "
-            "(same Idempotency-Key; bounded by the window)",
-            f"wait records left open by the crash:   {self.open_after_restart:,}",
-            f"expired to the DLQ by reconciliation:  {self.expired_to_dlq:,} "
-            "(Exception=ExpiredRecordException)",
-            f"timed out to the DLQ by the pod:       {self.timed_out_to_dlq:,} "
-            "(Exception=TimeoutError: the hanging calls)",
-            f"records neither called nor in the DLQ: at most {self.unaccounted_max:,}",
+        acc = self.account
+        dlq = ", ".join(f"{name} {count:,}" for name, count in acc.dlq_by_exception.items())
+        lines = [f"input records:                      {self.records:,}, each by its wait id:"]
+        lines += [f"  {outcome.value + ':':<33}{acc.count(outcome):,}" for outcome in Outcome]
+        lines += [
+            f"DLQ records by exception:          {dlq or 'none'}",
+            f"records called more than once:     {len(acc.repeated):,} "
+            f"({acc.extra_calls:,} repeated calls, same Idempotency-Key)",
+            f"bound on repeated calls:           {acc.bound:,} = window {acc.window:,} + "
+            f"{len(acc.prepared_since_commit):,} records prepared since the last commit",
+            f"in flight at the kill:             {acc.in_flight_at_kill:,} (window "
+            f"{acc.window:,})",
+            "every repeat was prepared since the last commit: "
+            + ("yes" if acc.repeated <= acc.prepared_since_commit else "NO"),
         ]
+        lines += ["check: OK, no record lost, repeats within the bound"] if self.ok else [
+            f"check FAILED: {violation}" for violation in acc.violations]
+        return lines
 
 
 def _waitline(*args: str, timeout_s: float = 600) -> str:
@@ -85,13 +98,14 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     tag = f"crashdemo-{time.time_ns() % 10**9}"
     topic, group = tag, tag
+    wait_topic, dlq_topic = f"{group}.wait", f"{group}.dlq"
     await create_topic(bootstrap, topic)
     await produce(bootstrap, topic, RECORDS, progress=False)
     say(f"produced {RECORDS:,} records to {topic}")
 
     mock_port = free_port()
-    mock = spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port)],
-                  work_dir / f"{tag}-mock.log")
+    mock = spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port),
+                  "--record-keys"], work_dir / f"{tag}-mock.log")
     mock_url = f"http://127.0.0.1:{mock_port}/"
 
     def pod_args(metrics_port: int) -> list[str]:
@@ -116,7 +130,11 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
             first.send_signal(signal.SIGKILL)
             first.wait()
             say(f"kill -9 of the pod after {KILL_AFTER_FINISHED:,} records finished "
-                f"({CONCURRENCY} in flight)")
+                f"(window {CONCURRENCY})")
+            # What the restarted pod will start from, and what the dead one left behind.
+            at_kill_wait = await read_wait_topic(bootstrap, wait_topic)
+            at_kill = AtTheKill(committed=await committed_offsets(bootstrap, group, topic),
+                                prepared=at_kill_wait.seen, closed=at_kill_wait.closed)
 
             second_port = free_port()
             second = spawn(pod_args(second_port), work_dir / f"{tag}-pod2.log")
@@ -125,7 +143,7 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
             await _wait_until_caught_up(session, url)
             stop(second)
             say("restarted pod caught up and stopped (SIGTERM)")
-            stats = await get_json(session, f"{mock_url}stats")
+            calls = await calls_by_key(session, mock_url)
     finally:
         stop(mock)
 
@@ -134,18 +152,13 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
     await asyncio.to_thread(_waitline, "reconcile", "--group", group, "--once",
                             "--bootstrap-servers", bootstrap, "--checkpoint",
                             str(work_dir / f"{tag}-checkpoint"))
-    registry = json.loads(await asyncio.to_thread(_waitline, "registry", "stats", "--json",
-                                                  "--wait-topic", f"{group}.wait"))
-    dlq = json.loads(await asyncio.to_thread(_waitline, "dlq", "stats", "--group", group,
-                                             "--bootstrap-servers", bootstrap, "--json"))
-    expired = int(dlq.get("by_exception", {}).get("ExpiredRecordException", 0))
-    open_rows = sum(int(row["open"]) + int(row["sent_awaiting_tombstone"]) for row in registry)
-    called = int(str(stats["distinct_keys"]))
-    return CrashReport(records=RECORDS, called_keys=called,
-                       duplicate_calls=int(str(stats["duplicate_requests"])),
-                       open_after_restart=open_rows, expired_to_dlq=expired,
-                       timed_out_to_dlq=int(dlq.get("by_exception", {}).get("TimeoutError", 0)),
-                       unaccounted_max=max(0, RECORDS - called - expired))
+    inputs = await input_records(bootstrap, group, topic)
+    observed = Observed(
+        inputs=inputs, window=CONCURRENCY, at_kill=at_kill, calls=calls,
+        dlq=await read_dlq_exceptions(bootstrap, dlq_topic, group),
+        open_at_end=(await read_wait_topic(bootstrap, wait_topic)).open,
+    )  # fmt: skip
+    return CrashReport(records=len(inputs), account=account(observed))
 
 
 async def _wait_until_caught_up(session: aiohttp.ClientSession, url: str,

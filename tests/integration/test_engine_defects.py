@@ -40,6 +40,7 @@ from dispatcher.pod import runner
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.runner import run_pod
 from dispatcher.wire import ORIGINAL_OMITTED, OutgoingRecord, wait_id_for
+from loadtest.chaos_corpus import RawHeaderName
 from loadtest.generator import produce
 
 pytestmark = pytest.mark.integration
@@ -417,15 +418,6 @@ async def test_a_result_too_large_for_the_result_topic_goes_to_the_dlq_not_to_an
     assert await read_topic(kafka_bootstrap, f"{group}.result") == []
 
 
-class _RawName(str):
-    """A header name whose bytes are not UTF-8, as clients other than aiokafka can write."""
-
-    __slots__ = ()
-
-    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-        return b"\xff\xfe-" + super().encode(encoding, errors)
-
-
 async def _produce_with_undecodable_header_name(bootstrap: str, topic: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
@@ -435,7 +427,7 @@ async def _produce_with_undecodable_header_name(bootstrap: str, topic: str) -> N
         batch._builder = _DefaultRecordBatchBuilderPy(
             2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
             batch_size=16384)
-        batch.append(key=b"odd", value=b"x", timestamp=None, headers=[(_RawName("h"), b"v")])
+        batch.append(key=b"odd", value=b"x", timestamp=None, headers=[(RawHeaderName("h"), b"v")])
         batch.close()
         await (await producer.send_batch(batch, topic, partition=0))
     finally:

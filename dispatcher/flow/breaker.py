@@ -1,0 +1,161 @@
+"""Circuit breaker: stop calling a counterparty that is down, probe it, resume when it answers.
+
+    CLOSED ──failure rate ≥ threshold over the window (≥ min_calls calls)──▶ OPEN
+    OPEN ──open_s elapsed (noticed by the next admit or poll)──▶ HALF_OPEN
+    HALF_OPEN ──`probes` probe calls succeeded──▶ CLOSED
+    HALF_OPEN ──a probe call failed──▶ OPEN
+
+Only evidence gathered in the current state counts: a result is ignored unless its call started
+at or after the state was entered, so calls still in flight when the circuit opened (they run to
+their deadline) neither reopen a half-open circuit nor count towards closing it. The engine
+decides which outcomes are failures; a permanent 4xx answer means the counterparty is up, so it
+should be fed as SUCCESS.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dispatcher.errors import ConfigError
+
+
+class CircuitState(enum.StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CallResult(enum.StrEnum):
+    """What one call to the counterparty showed about its health."""
+
+    SUCCESS = "success"
+    FAST_FAILURE = "fast_failure"  # an error answered well before the call's deadline
+    REFUSED = "refused"  # connection refused or reset
+    SERVER_ERROR = "server_error"  # 5xx
+    TIMEOUT = "timeout"
+
+    @property
+    def failed(self) -> bool:
+        return self is not CallResult.SUCCESS
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """Open at `failure_rate` of the calls finished in the last `window_s` (once there are
+    `min_calls` of them); stay open `open_s`; close after `probes` successful probe calls."""
+
+    failure_rate: float = 0.5
+    window_s: float = 10.0
+    min_calls: int = 20
+    open_s: float = 5.0
+    probes: int = 3
+
+    def __post_init__(self) -> None:
+        if not 0 < self.failure_rate <= 1:
+            raise ConfigError(f"breaker failure rate must be in (0, 1], not {self.failure_rate}")
+        for name in ("window_s", "open_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"breaker {name} must be a positive duration, not {value}")
+        for name in ("min_calls", "probes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"breaker {name} must be at least 1, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A state change, for metrics and logs."""
+
+    old: CircuitState
+    new: CircuitState
+    at: float
+    reason: str
+
+
+class CircuitBreaker:
+    """The state machine; every method takes the current time `now` in seconds."""
+
+    def __init__(self, config: BreakerConfig, now: float,
+                 on_transition: Callable[[Transition], None] | None = None) -> None:
+        self.config = config
+        self._on_transition = on_transition
+        self._state = CircuitState.CLOSED
+        self._since = now  # when the current state was entered
+        self._window: deque[tuple[float, bool]] = deque()  # (finished at, failed), closed only
+        self._window_failures = 0
+        self._probes_admitted = 0
+        self._probes_succeeded = 0
+
+    @property
+    def state(self) -> CircuitState:
+        """The state as of the last call (an open circuit turns half-open on `poll`/`admit`)."""
+        return self._state
+
+    def poll(self, now: float) -> CircuitState:
+        """The state at `now`, turning an open circuit half-open once `open_s` has passed."""
+        if self._state is CircuitState.OPEN and now >= self._since + self.config.open_s:
+            self._enter(CircuitState.HALF_OPEN, now, f"open for {self.config.open_s:g}s")
+        return self._state
+
+    def admit(self, now: float) -> bool:
+        """Whether a new call may start now; in half-open each True uses up one probe."""
+        state = self.poll(now)
+        if state is CircuitState.CLOSED:
+            return True
+        if state is CircuitState.HALF_OPEN and self._probes_admitted < self.config.probes:
+            self._probes_admitted += 1
+            return True
+        return False
+
+    def record(self, result: CallResult, started_at: float, now: float) -> None:
+        """A call that started at `started_at` ended with `result` at `now`."""
+        self.poll(now)
+        if started_at < self._since:
+            return  # evidence from before this state: see the module docstring
+        if self._state is CircuitState.CLOSED:
+            self._record_closed(result.failed, now)
+        elif self._state is CircuitState.HALF_OPEN:
+            if result.failed:
+                self._enter(CircuitState.OPEN, now, f"probe call failed: {result.value}")
+                return
+            self._probes_succeeded += 1
+            if self._probes_succeeded >= self.config.probes:
+                self._enter(CircuitState.CLOSED, now,
+                            f"{self._probes_succeeded} probe calls succeeded")
+        # OPEN: admits nothing, so nothing can have started since it opened.
+
+    def failure_rate(self, now: float) -> float:
+        """The failure share in the closed window at `now` (0 with no calls), for metrics."""
+        self._forget_before(now - self.config.window_s)
+        return self._window_failures / len(self._window) if self._window else 0.0
+
+    def _record_closed(self, failed: bool, now: float) -> None:
+        self._window.append((now, failed))
+        self._window_failures += failed
+        self._forget_before(now - self.config.window_s)
+        calls = len(self._window)
+        if calls >= self.config.min_calls:
+            rate = self._window_failures / calls
+            if rate >= self.config.failure_rate:
+                self._enter(CircuitState.OPEN, now, f"{self._window_failures} of the last "
+                            f"{calls} calls failed within {self.config.window_s:g}s")
+
+    def _forget_before(self, cutoff: float) -> None:
+        while self._window and self._window[0][0] < cutoff:
+            _, failed = self._window.popleft()
+            self._window_failures -= failed
+
+    def _enter(self, state: CircuitState, now: float, reason: str) -> None:
+        transition = Transition(old=self._state, new=state, at=now, reason=reason)
+        self._state = state
+        self._since = now
+        self._window.clear()
+        self._window_failures = 0
+        self._probes_admitted = 0
+        self._probes_succeeded = 0
+        if self._on_transition is not None:
+            self._on_transition(transition)

@@ -1,0 +1,268 @@
+"""`waitline loadtest chaos`: the fault suite. Each scenario runs real pods against the local
+stack, injects one kind of fault and accounts for every record from outside the pods
+(`loadtest.chaos_rig`, `loadtest.chaos_account`).
+
+`short` is the version `make test` runs (a few kills, seconds of outage); `full` is `make chaos`,
+the figures of docs/RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher.devstack.stack import LocalStack
+from dispatcher.paths import state_dir
+from loadtest.chaos_account import Allowed, FaultAccount
+from loadtest.chaos_corpus import create_roomy_topic, produce_corpus
+from loadtest.chaos_rig import Rig
+from loadtest.compare import INPUT_PARTITIONS, create_topic
+from loadtest.crash_account import Outcome
+from loadtest.generator import produce
+
+MODEL = "fixed:100"  # every call answers in 100 ms: any fault shows in the figures
+
+
+@dataclass(frozen=True)
+class Scale:
+    kills: int
+    calls_between_kills: int
+    storm_s: float
+    replace_every_s: float
+    outage_s: float
+    outage_deadline: str
+    broker_down_s: float
+
+
+SCALES = {
+    "short": Scale(kills=2, calls_between_kills=800, storm_s=18, replace_every_s=6, outage_s=8,
+                   outage_deadline="4s", broker_down_s=4),
+    "full": Scale(kills=20, calls_between_kills=1000, storm_s=120, replace_every_s=6,
+                  outage_s=120, outage_deadline="60s", broker_down_s=15),
+}
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    name: str
+    must_show: str
+    records: int
+    account: FaultAccount
+    recovery_s: float | None
+    max_commit_stall_s: float
+    seconds: float
+    problems: tuple[str, ...] = ()  # besides the account: a pod that crashed or exited badly
+
+    @property
+    def ok(self) -> bool:
+        return self.account.ok and not self.problems
+
+    def row(self) -> str:
+        acc = self.account
+        dlq = ", ".join(f"{name} {n:,}" for name, n in acc.dlq_by_exception.items()) or "0"
+        recovery = "—" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
+        bound = "" if acc.bound is None else f" (bound {acc.bound:,})"
+        verdict = "OK" if self.ok else "FAILED: " + "; ".join(acc.violations + self.problems)
+        return (f"| {self.name} | {self.records:,} | {acc.outcomes[Outcome.LOST]} | "
+                f"{acc.outcomes[Outcome.CALLED_ONCE]:,} | {acc.extra_calls:,}{bound} | {dlq} | "
+                f"{acc.outcomes[Outcome.OPEN]:,} | {recovery} | "
+                f"{self.max_commit_stall_s:.1f} s | {self.seconds:.0f} s | {verdict} |")
+
+
+HEADER = ("| scenario | records | lost | called once | repeated calls | DLQ (reason) | "
+          "open | recovery | max commit stall | took | result |\n"
+          "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|")
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Context:
+    bootstrap: str
+    work_dir: Path
+    scale: Scale
+    say: Say
+    stack: LocalStack  # whose broker the broker scenario kills and restarts
+
+
+def _exit_problems(rig: Rig) -> tuple[str, ...]:
+    return tuple(f"pod {name} exited with {code} on SIGTERM"
+                 for name, code in rig.exits.items() if code not in (0, -9))
+
+
+async def kill9(ctx: Context) -> ScenarioResult:
+    bootstrap, work_dir, scale, say = ctx.bootstrap, ctx.work_dir, ctx.scale, ctx.say
+    window, started = 200, time.monotonic()
+    records = scale.kills * scale.calls_between_kills + 2 * scale.calls_between_kills
+    async with Rig(bootstrap, work_dir, f"chaos-kill9-{time.time_ns() % 10**9}", model=MODEL,
+                   say=say) as rig:
+        await create_topic(bootstrap, rig.topic)
+        await produce(bootstrap, rig.topic, records, progress=False)
+        rig.watch_commits()
+        restarted_at: list[float] = []
+        for kill in range(scale.kills):
+            rig.start_pod(f"pod{kill}", "--concurrency", str(window), "--deadline", "10s")
+            await rig.wait_for_calls((kill + 1) * scale.calls_between_kills, timeout_s=120)
+            await rig.kill_pod(f"pod{kill}")
+            restarted_at.append(time.monotonic())
+            say(f"  kill -9 {kill + 1}/{scale.kills}")
+        rig.start_pod("last", "--concurrency", str(window), "--deadline", "10s")
+        await rig.wait_fully_committed(timeout_s=180)
+        await rig.stop_pod("last")
+        total, account = await rig.account(window, Allowed())
+        recoveries = [r for t in restarted_at if (r := rig.watch.recovery_s(t)) is not None]
+    return ScenarioResult(
+        f"{scale.kills} x kill -9 of a pod under load (N={window}), restarted each time",
+        "0 lost; repeated calls within Σ(window + prepared since the last commit)",
+        total, account, max(recoveries, default=None), rig.watch.max_stall_s(),
+        time.monotonic() - started, _exit_problems(rig))
+
+
+async def _produce_for(bootstrap: str, topic: str, seconds: float, rate: float) -> None:
+    await produce(bootstrap, topic, int(seconds * rate), rate_per_s=rate, progress=False)
+
+
+async def rebalance_storm(ctx: Context) -> ScenarioResult:
+    bootstrap, work_dir, scale, say = ctx.bootstrap, ctx.work_dir, ctx.scale, ctx.say
+    window, rate, started = 50, 300.0, time.monotonic()
+    flags = ("--concurrency", str(window), "--deadline", "10s")
+    async with Rig(bootstrap, work_dir, f"chaos-storm-{time.time_ns() % 10**9}", model=MODEL,
+                   say=say) as rig:
+        await create_topic(bootstrap, rig.topic)
+        rig.watch_commits()
+        for name in ("a0", "b0", "c0"):
+            rig.start_pod(name, *flags)
+        producing = asyncio.create_task(_produce_for(bootstrap, rig.topic, scale.storm_s, rate))
+        generation = 0
+        while not producing.done():
+            await asyncio.sleep(scale.replace_every_s)
+            generation += 1
+            oldest = next(iter(rig.pods))
+            code = await rig.stop_pod(oldest)
+            rig.start_pod(f"{oldest[0]}{generation}", *flags)
+            say(f"  replaced {oldest} (exit {code})")
+        await producing
+        await rig.wait_fully_committed(timeout_s=120)
+        for name in list(rig.pods):
+            await rig.stop_pod(name)
+        total, account = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
+    return ScenarioResult(
+        f"rebalance storm: 3 pods, one drained (SIGTERM) and replaced every "
+        f"{scale.replace_every_s:g} s for {scale.storm_s:g} s", "0 lost, 0 repeated calls",
+        total, account, None, rig.watch.max_stall_s(), time.monotonic() - started,
+        _exit_problems(rig))
+
+
+async def broker_kill(ctx: Context) -> ScenarioResult:
+    bootstrap, work_dir, scale, say = ctx.bootstrap, ctx.work_dir, ctx.scale, ctx.say
+    window, records, started = 100, 4000, time.monotonic()
+    stack = ctx.stack
+    async with Rig(bootstrap, work_dir, f"chaos-broker-{time.time_ns() % 10**9}", model=MODEL,
+                   say=say) as rig:
+        await create_topic(bootstrap, rig.topic)
+        await produce(bootstrap, rig.topic, records, progress=False)
+        rig.watch_commits()
+        rig.start_pod("pod", "--concurrency", str(window), "--deadline", "60s")
+        await rig.wait_for_calls(records // 4, timeout_s=120)
+        await asyncio.to_thread(stack.kafka.kill)
+        say(f"  broker killed (-9); down for {scale.broker_down_s:g} s")
+        await asyncio.sleep(scale.broker_down_s)
+        await asyncio.to_thread(stack.kafka.start)
+        await asyncio.to_thread(stack.kafka.wait_healthy)
+        back_at = time.monotonic()
+        await rig.wait_fully_committed(timeout_s=240)
+        rig.check_pods_alive()  # recovered without a restart
+        await rig.stop_pod("pod")
+        total, account = await rig.account(window, Allowed(open_at_end=False))
+    return ScenarioResult(
+        f"broker kill -9 under load, restarted after {scale.broker_down_s:g} s",
+        "0 lost; the pod recovers without a restart", total, account,
+        rig.watch.recovery_s(back_at), rig.watch.max_stall_s(), time.monotonic() - started,
+        _exit_problems(rig))
+
+
+async def counterparty_outage(ctx: Context) -> ScenarioResult:
+    bootstrap, work_dir, scale, say = ctx.bootstrap, ctx.work_dir, ctx.scale, ctx.say
+    window, rate, started = 100, 200.0, time.monotonic()
+    async with Rig(bootstrap, work_dir, f"chaos-outage-{time.time_ns() % 10**9}", model=MODEL,
+                   say=say) as rig:
+        await create_topic(bootstrap, rig.topic)
+        rig.watch_commits()
+        rig.start_pod("pod", "--concurrency", str(window), "--deadline", scale.outage_deadline)
+        producing = asyncio.create_task(
+            _produce_for(bootstrap, rig.topic, scale.outage_s + 10, rate))
+        await rig.wait_for_calls(int(rate * 3), timeout_s=60)
+        await rig.stop_mock()
+        say(f"  counterparty down (connection refused) for {scale.outage_s:g} s")
+        await asyncio.sleep(scale.outage_s)
+        await rig.start_mock()
+        back_at = time.monotonic()
+        await rig.wait_for_calls(1, timeout_s=120)
+        first_call_s = time.monotonic() - back_at
+        await producing
+        await rig.wait_fully_committed(timeout_s=240)
+        await rig.stop_pod("pod", timeout_s=120)
+        total, account = await rig.account(window, Allowed(open_at_end=False))
+    return ScenarioResult(
+        f"counterparty outage (connection refused) for {scale.outage_s:g} s, deadline "
+        f"{scale.outage_deadline}", "0 lost; records past their deadline reach the DLQ",
+        total, account, first_call_s, rig.watch.max_stall_s(), time.monotonic() - started,
+        _exit_problems(rig))
+
+
+async def bad_input(ctx: Context) -> ScenarioResult:
+    bootstrap, work_dir, say = ctx.bootstrap, ctx.work_dir, ctx.say
+    window, normal, started = 100, 600, time.monotonic()
+    async with Rig(bootstrap, work_dir, f"chaos-corpus-{time.time_ns() % 10**9}", model=MODEL,
+                   say=say) as rig:
+        await create_roomy_topic(bootstrap, rig.topic, INPUT_PARTITIONS)
+        await produce(bootstrap, rig.topic, normal, progress=False)
+        odd = await produce_corpus(bootstrap, rig.topic, INPUT_PARTITIONS)
+        await produce(bootstrap, rig.topic, normal, progress=False, start=normal)
+        say(f"  {odd} odd records between {2 * normal} normal ones")
+        rig.watch_commits()
+        rig.start_pod("pod", "--concurrency", str(window), "--deadline", "10s")
+        await rig.wait_fully_committed(timeout_s=120)
+        rig.check_pods_alive()  # no crash
+        await rig.stop_pod("pod")
+        total, account = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
+    return ScenarioResult(
+        "bad-input corpus mixed into traffic (null key/value/both, binary, empty, repeated / "
+        "binary / 500 headers, malformed JSON, 100 KB key, 1 MiB value, 9 MiB value over the "
+        "wait topic's 8 MiB limit, non-UTF-8 header name)",
+        "0 crashes; every record called or in the DLQ with a reason; every partition commits "
+        "to its end", total, account, None, rig.watch.max_stall_s(),
+        time.monotonic() - started, _exit_problems(rig))
+
+
+Scenario = Callable[[Context], Awaitable[ScenarioResult]]
+SCENARIOS: dict[str, Scenario] = {
+    "kill9": kill9, "rebalance": rebalance_storm, "broker": broker_kill,
+    "outage": counterparty_outage, "bad-input": bad_input,
+}
+NOT_BUILT = ("PostgreSQL down 10 min during load + reconciliation (dispatch TPS ≥ 0.95 of "
+             "normal; the registry converges exactly afterwards)")
+
+
+async def run_chaos(bootstrap: str, work_dir: Path, scale_name: str, names: list[str],
+                    say: Say, *, stack: LocalStack | None = None) -> list[ScenarioResult]:
+    """Run `names` in order; `stack` defaults to the local stack of `waitline dev up`."""
+    scale = SCALES[scale_name]
+    stack = stack or LocalStack(state_dir())
+    results = []
+    for name in names:
+        say(f"[{name}] running ({scale_name})")
+        result = await SCENARIOS[name](Context(bootstrap, work_dir / name, scale, say, stack))
+        say(f"[{name}] {'OK' if result.ok else 'FAILED'} in {result.seconds:.0f} s")
+        results.append(result)
+    return results
+
+
+def markdown(results: list[ScenarioResult], command: str) -> str:
+    rows = "\n".join(r.row() for r in results)
+    musts = "\n".join(f"- **{r.name}** must show: {r.must_show}." for r in results)
+    return (f"Reproduce: `{command}`\n\n{HEADER}\n{rows}\n\n{musts}\n\n"
+            f"Not built yet: {NOT_BUILT}.\n")
