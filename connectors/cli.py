@@ -60,7 +60,7 @@ def _fail(exc: WaitlineError) -> typer.Exit:
 def stats(
     dsn: DsnOption = None, wait_topic: WaitTopicOption = None, as_json: JsonOption = False
 ) -> None:
-    """Open rows by age, expired-not-sent and sent-awaiting-tombstone rows, per wait topic."""
+    """Open rows by age, expired-not-sent, sent-awaiting-tombstone, parked rows, per wait topic."""
     try:
         rows = RegistryReader(resolve_pg_dsn(dsn)).topic_stats(wait_topic=wait_topic)
     except WaitlineError as exc:
@@ -76,7 +76,7 @@ def stats(
     table.add_column("open", justify="right")
     for label, _ in AGE_BUCKETS:
         table.add_column(label, justify="right")
-    for heading in ("expired, not sent", "sent, awaiting tombstone", "rejected"):
+    for heading in ("expired, not sent", "sent, awaiting tombstone", "parked", "rejected"):
         table.add_column(heading, justify="right")
     for row in rows:
         table.add_row(
@@ -85,6 +85,7 @@ def stats(
             *(str(row.open_by_age[label]) for label, _ in AGE_BUCKETS),
             _warn_if(row.expired_unsent),
             str(row.sent_awaiting_tombstone),
+            _warn_if(row.parked),
             _warn_if(row.rejected),
         )
     _console().print(table)
@@ -174,6 +175,7 @@ def _stats_json(row: TopicStats) -> dict[str, Any]:
         "open_by_age": row.open_by_age,
         "expired_unsent": row.expired_unsent,
         "sent_awaiting_tombstone": row.sent_awaiting_tombstone,
+        "parked": row.parked,
         "rejected": row.rejected,
     }
 

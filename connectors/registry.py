@@ -63,6 +63,7 @@ _wait = table(
     column("wait_expiration_time", DateTime(timezone=True)),
     column("created_at", DateTime(timezone=True)),
     column("dlq_sent_at", DateTime(timezone=True)),
+    column("dlq_failed_at", DateTime(timezone=True)),
 )
 _reject = table("wait_reject", column("wait_topic", Text))
 
@@ -73,13 +74,15 @@ class TopicStats:
 
     wait_topic: str
     open_by_age: dict[str, int]
-    """Rows not sent to the DLQ yet, by AGE_BUCKETS label (expired ones included)."""
+    """Rows neither sent to the DLQ nor parked, by AGE_BUCKETS label (expired ones included)."""
     expired_unsent: int
     """Open rows past their expiration: the next sweep sends them."""
     sent_awaiting_tombstone: int
-    """Rows whose DLQ record is sent; they stay until the dispatcher's tombstone arrives."""
+    """Rows whose DLQ record is sent; they stay until their tombstone (the sweep's) is mirrored."""
     rejected: int
     """Wait-topic records the mirror could not parse (`wait_reject`)."""
+    parked: int = 0
+    """Rows whose DLQ record Kafka refused (`dlq_failed_at`, `dlq_error`): for an operator."""
 
     @property
     def open_total(self) -> int:
@@ -100,12 +103,16 @@ class WaitSummary:
     expires_at: datetime
     expires_in_s: float
     dlq_sent_at: datetime | None
+    dlq_failed_at: datetime | None = None
 
     @property
     def status(self) -> str:
-        """`sent` (DLQ record written), `expired` (the sweep will send it) or `open`."""
+        """`sent` (DLQ record written), `parked` (Kafka refused it), `expired` (the sweep will
+        send it) or `open`."""
         if self.dlq_sent_at is not None:
             return "sent"
+        if self.dlq_failed_at is not None:
+            return "parked"
         return "expired" if self.expires_in_s <= 0 else "open"
 
 
@@ -123,7 +130,8 @@ class RegistryReader:
     def topic_stats(self, *, wait_topic: str | None = None) -> list[TopicStats]:
         """Counts per wait topic (only `wait_topic` when given), sorted by topic name."""
         age = func.now() - _wait.c.created_at
-        is_open = _wait.c.dlq_sent_at.is_(None)
+        unsent = _wait.c.dlq_sent_at.is_(None)
+        is_open = and_(unsent, _wait.c.dlq_failed_at.is_(None))
         bucket_counts = []
         lower: timedelta | None = None
         for _, upper in AGE_BUCKETS:
@@ -139,6 +147,7 @@ class RegistryReader:
             *bucket_counts,
             func.count().filter(and_(is_open, _wait.c.wait_expiration_time <= func.now())),
             func.count().filter(_wait.c.dlq_sent_at.is_not(None)),
+            func.count().filter(and_(unsent, _wait.c.dlq_failed_at.is_not(None))),
         ).group_by(_wait.c.wait_topic)
         rejects = select(_reject.c.wait_topic, func.count()).group_by(_reject.c.wait_topic)
         if wait_topic is not None:
@@ -148,7 +157,7 @@ class RegistryReader:
             counts = {row[0]: tuple(row[1:]) for row in conn.execute(query)}
             rejected = {row[0]: int(row[1]) for row in conn.execute(rejects)}
         labels = [label for label, _ in AGE_BUCKETS]
-        no_rows = (0,) * (len(labels) + 2)
+        no_rows = (0,) * (len(labels) + 3)
         result = []
         for topic in sorted(counts.keys() | rejected.keys()):
             numbers = counts.get(topic, no_rows)
@@ -159,19 +168,21 @@ class RegistryReader:
                     expired_unsent=numbers[len(labels)],
                     sent_awaiting_tombstone=numbers[len(labels) + 1],
                     rejected=rejected.get(topic, 0),
+                    parked=numbers[len(labels) + 2],
                 )
             )
         return result
 
     def list_expired(self, *, wait_topic: str | None = None, limit: int = 50) -> list[WaitSummary]:
         """Open rows past their expiration, longest expired first: what the sweep sends next."""
-        where = and_(_wait.c.dlq_sent_at.is_(None), _wait.c.wait_expiration_time <= func.now())
+        where = and_(_wait.c.dlq_sent_at.is_(None), _wait.c.dlq_failed_at.is_(None),
+                     _wait.c.wait_expiration_time <= func.now())  # fmt: skip
         return self._summaries(where, _wait.c.wait_expiration_time, wait_topic, limit)
 
     def list_older_than(
         self, older_than_s: float, *, wait_topic: str | None = None, limit: int = 50
     ) -> list[WaitSummary]:
-        """Rows (open or sent) older than `older_than_s`, the oldest first."""
+        """Rows (open, sent or parked) older than `older_than_s`, the oldest first."""
         where = _wait.c.created_at <= func.now() - literal(timedelta(seconds=older_than_s))
         return self._summaries(where, _wait.c.created_at, wait_topic, limit)
 
@@ -196,6 +207,7 @@ class RegistryReader:
                 _wait.c.wait_expiration_time,
                 -_seconds_since(_wait.c.wait_expiration_time),
                 _wait.c.dlq_sent_at,
+                _wait.c.dlq_failed_at,
             )
             .where(where)
             .order_by(order_by, _wait.c.wait_topic, _wait.c.wait_id)

@@ -5,7 +5,8 @@ staging table and merges them:
 
 - a prepare inserts its row, or replaces a row with a LOWER wait offset. Replacing is a
   re-prepare (the dispatcher redelivered the record after a crash and is processing it again),
-  so the row takes the new expiration time and `dlq_sent_at` returns to NULL: should this
+  so the row takes the new expiration time and `dlq_sent_at` returns to NULL (and a parked
+  row's `dlq_failed_at`, `dlq_error`: a new attempt): should this
   attempt die too, the row expires again instead of being forgotten (no loss; at worst a
   second DLQ record for a record the DLQ already holds). A row at the SAME offset is this very
   record, already mirrored: it is left untouched, so re-applying a batch after the sweep has
@@ -78,7 +79,9 @@ SELECT {", ".join(_ROW_COLUMNS)} FROM {_STAGE_TABLE} WHERE NOT is_tombstone
 ON CONFLICT (wait_topic, wait_id) DO UPDATE SET
     {", ".join(f"{c} = EXCLUDED.{c}" for c in _ROW_COLUMNS if c not in _KEY_COLUMNS)},
     updated_at = now(),
-    dlq_sent_at = NULL
+    dlq_sent_at = NULL,
+    dlq_failed_at = NULL,
+    dlq_error = NULL
 WHERE wait.wait_offset < EXCLUDED.wait_offset
 RETURNING wait_id_derived
 """

@@ -18,6 +18,7 @@ re-prepare that arrives meanwhile still reopens the row afterwards (connectors/s
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +43,17 @@ from dispatcher.wire import (
 EXPIRED_EXCEPTION = "ExpiredRecordException"
 """The DLQ `Exception` header of a record whose wait expired without an outcome."""
 
+DLQ_MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""The DLQ producers' `max.request.size`: the `max.message.bytes` of the topics the pod creates
+(dispatcher.pod.settings.MAX_RECORD_BYTES), instead of the clients' 1 MiB default."""
+
+# Kafka's errors (Java and aiokafka names) for a record refused for itself, not for the moment.
+_REFUSED = re.compile(
+    r"[\w.]*(?:RecordTooLarge|RecordBatchTooLarge|MessageSizeTooLarge|RecordListTooLarge"
+    r"|InvalidRecord|CorruptRecord)\w*(?::[^\n]*)?"
+)
+_MAX_REASON_CHARS = 500
+
 _CLAIM_EXPIRED = """
 SELECT wait_topic, wait_id, wait_partition, wait_offset,
        original_topic, original_partition, original_offset, original_key,
@@ -51,6 +63,7 @@ FROM wait
 WHERE wait_topic = %(wait_topic)s
   AND wait_expiration_time <= COALESCE(%(now)s::timestamptz, now())
   AND dlq_sent_at IS NULL
+  AND dlq_failed_at IS NULL
 ORDER BY wait_expiration_time
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -63,6 +76,16 @@ FROM unnest(%s::text[], %s::uuid[], %s::bigint[]) AS sent(wait_topic, wait_id, w
 WHERE wait.wait_topic = sent.wait_topic
   AND wait.wait_id = sent.wait_id
   AND wait.wait_offset = sent.wait_offset
+"""
+
+
+_MARK_PARKED = """
+UPDATE wait SET dlq_failed_at = now(), dlq_error = parked.reason, updated_at = now()
+FROM unnest(%s::text[], %s::uuid[], %s::bigint[], %s::text[])
+     AS parked(wait_topic, wait_id, wait_offset, reason)
+WHERE wait.wait_topic = parked.wait_topic
+  AND wait.wait_id = parked.wait_id
+  AND wait.wait_offset = parked.wait_offset
 """
 
 
@@ -131,6 +154,28 @@ def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:
     )
 
 
+def refusal_reason(error_text: str) -> str | None:
+    """Kafka's reason for refusing a record for itself (too large, invalid), found in an error's
+    text (a Spark job failure quotes the producer's exception); None for any other error."""
+    found = _REFUSED.search(error_text)
+    return None if found is None else found.group(0).strip()[:_MAX_REASON_CHARS]
+
+
+def mark_parked(conn: psycopg.Connection, parked: list[tuple[ExpiredWait, str]]) -> None:
+    """Park `parked` rows with their reason in the caller's transaction: never claimed again."""
+    if not parked:
+        return
+    conn.execute(
+        _MARK_PARKED,
+        (
+            [row.wait_topic for row, _ in parked],
+            [row.wait_id for row, _ in parked],
+            [row.wait_offset for row, _ in parked],
+            [reason.replace("\x00", "\\x00") for _, reason in parked],
+        ),
+    )
+
+
 async def expire_once(
     dsn: str, bootstrap_servers: str, *, wait_topic: str, batch_size: int = 1000
 ) -> int:
@@ -142,7 +187,10 @@ async def expire_once(
     RegistryError; the rows of the failed round stay unsent.
     """
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True
+        bootstrap_servers=bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        max_request_size=DLQ_MAX_REQUEST_BYTES,
     )
     try:
         await producer.start()
@@ -173,17 +221,10 @@ async def _expire_round(
     """
     rows = await asyncio.to_thread(claim_expired, conn, wait_topic=wait_topic, limit=batch_size)
     if rows:
-        acks = []
-        for row in rows:
-            topic, record = to_dlq(row)
-            acks.append(
-                await producer.send(
-                    topic, value=record.value, key=record.key, headers=list(record.headers)
-                )
-            )
-        await asyncio.gather(*acks)
+        refusals = await asyncio.gather(*(_send_dlq(producer, row) for row in rows))
+        sent = [row for row, refused in zip(rows, refusals, strict=True) if refused is None]
         closes = []
-        for row in rows:
+        for row in sent:  # every DLQ record is acknowledged by now
             partition, tombstone = to_tombstone(row)
             closes.append(
                 await producer.send(
@@ -195,9 +236,27 @@ async def _expire_round(
                 )
             )
         await asyncio.gather(*closes)
-        await asyncio.to_thread(mark_sent, conn, rows)
+        await asyncio.to_thread(mark_sent, conn, sent)
+        parked = [(r, why) for r, why in zip(rows, refusals, strict=True) if why is not None]
+        await asyncio.to_thread(mark_parked, conn, parked)
     await asyncio.to_thread(conn.commit)
     return len(rows)
+
+
+async def _send_dlq(producer: AIOKafkaProducer, row: ExpiredWait) -> str | None:
+    """Send `row`'s DLQ record and await its ack; Kafka's reason when it refuses the record."""
+    topic, record = to_dlq(row)
+    try:
+        ack = await producer.send(
+            topic, value=record.value, key=record.key, headers=list(record.headers)
+        )
+        await ack
+    except KafkaError as exc:
+        reason = refusal_reason(f"{type(exc).__name__}: {exc}")
+        if reason is None:
+            raise
+        return reason
+    return None
 
 
 def _connect(dsn: str) -> psycopg.Connection:

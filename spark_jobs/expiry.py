@@ -3,13 +3,20 @@ them, in rows for Spark's Kafka sink."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
-from connectors.source import ExpiredWait, to_dlq, to_tombstone
+from connectors.source import DLQ_MAX_REQUEST_BYTES, ExpiredWait, to_dlq, to_tombstone
 
-# The DLQ must not lose an acknowledged record nor duplicate one on a producer retry.
-DLQ_PRODUCER_OPTIONS = {"kafka.acks": "all", "kafka.enable.idempotence": "true"}
+T = TypeVar("T")
+
+# The DLQ must not lose an acknowledged record nor duplicate one on a producer retry; records
+# up to the size the pod's topics accept are sent (the client's default stops at 1 MiB).
+DLQ_PRODUCER_OPTIONS = {
+    "kafka.acks": "all",
+    "kafka.enable.idempotence": "true",
+    "kafka.max.request.size": str(DLQ_MAX_REQUEST_BYTES),
+}
 _HEADERS = "headers array<struct<key:string,value:binary>>"
 DLQ_SCHEMA = f"key binary, value binary, {_HEADERS}, topic string"
 # Each tombstone goes to its prepare's partition, named explicitly (Spark's sink takes a
@@ -33,3 +40,28 @@ def tombstone_rows(wait_topic: str, expired: Iterable[ExpiredWait]) -> list[tupl
         partition, record = to_tombstone(wait)
         rows.append((record.key, None, list(record.headers), wait_topic, partition))
     return rows
+
+
+def send_isolating_refused(
+    rows: Sequence[T], write: Callable[[Sequence[T]], None],
+    refusal: Callable[[Exception], str | None],
+) -> tuple[list[T], list[tuple[T, str]]]:  # fmt: skip
+    """`write(rows)`; when it fails because Kafka refused a record (`refusal` gives the reason;
+    any other error is raised), write each half again, down to single rows: returns the rows
+    written and the refused ones with their reason. A refused record costs about two writes
+    per halving, and the records of a failed write that Kafka did take are written again
+    (at least once, as a crash would)."""
+    try:
+        write(rows)
+    except Exception as exc:
+        reason = refusal(exc)
+        if reason is None:
+            raise
+        if len(rows) == 1:
+            return [], [(rows[0], reason)]
+    else:
+        return list(rows), []
+    middle = len(rows) // 2
+    sent_first, refused_first = send_isolating_refused(rows[:middle], write, refusal)
+    sent_rest, refused_rest = send_isolating_refused(rows[middle:], write, refusal)
+    return sent_first + sent_rest, refused_first + refused_rest

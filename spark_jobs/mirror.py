@@ -28,6 +28,7 @@ class CycleReport:
     rejected: int = 0
     non_derived: int = 0
     expired_sent: int = 0
+    parked: int = 0
     lag_newest_s: float | None = None
 
     def add_batch(self, events_in: int, result: MirrorResult, lag_newest_s: float | None) -> None:

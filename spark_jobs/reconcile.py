@@ -15,7 +15,9 @@ replayed after a crash, before its checkpoint commit, is harmless.
 
 Expire, per round of `expiry_batch_size` rows, in one transaction: `claim_expired` locks rows,
 `to_dlq` builds their DLQ records, Spark's Kafka sink writes them (acks=all, idempotent), then
-the tombstones that close them to the wait topic, `mark_sent` stamps them, commit. The row leaves
+the tombstones that close them to the wait topic, `mark_sent` stamps them, commit. A record
+Kafka refuses (too large for the DLQ topic) is isolated by halving the write and its row parked
+(`mark_parked`), so it never blocks the rows behind it. The row leaves
 the table when a later cycle mirrors its tombstone. A crash between the writes and the commit
 repeats DLQ records and tombstones on the next run; none is skipped.
 
@@ -39,7 +41,7 @@ import tenacity
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.sink import MirrorResult, apply_batch
-from connectors.source import claim_expired, mark_sent
+from connectors.source import claim_expired, mark_parked, mark_sent, refusal_reason
 from dispatcher.errors import RegistryError
 from spark_jobs.config import ReconcileConfig
 from spark_jobs.expiry import (
@@ -47,6 +49,7 @@ from spark_jobs.expiry import (
     DLQ_SCHEMA,
     TOMBSTONE_SCHEMA,
     dlq_rows,
+    send_isolating_refused,
     tombstone_rows,
 )
 from spark_jobs.mirror import BatchTally, CycleReport, pending_changes
@@ -103,7 +106,7 @@ class ReconcileJob:
         self._report = CycleReport()
         self._mirror_available()
         if not self._stop.is_set():
-            self._report.expired_sent = self._expire(caught_up_at)
+            self._expire(caught_up_at)
         report = self._report
         log.info("reconcile cycle done", wait_topic=self.config.wait_topic,
                  **{k: v for k, v in vars(report).items() if k != "lag_newest_s"})  # fmt: skip
@@ -171,17 +174,15 @@ class ReconcileJob:
 
     # -- expire ---------------------------------------------------------------------------------
 
-    def _expire(self, expired_before: datetime) -> int:
-        """Rounds of claim → DLQ write → mark sent → commit until none is left; returns the sent."""
-        sent = 0
+    def _expire(self, expired_before: datetime) -> None:
+        """Rounds of claim → DLQ write → tombstones → mark sent or parked → commit, until a
+        round claims fewer rows than a full round; the report counts the sent and parked."""
         while not self._stop.is_set():
-            count = self._with_registry_retry(
+            claimed = self._with_registry_retry(
                 lambda: self._expire_round(expired_before), "expiry round"
             )
-            sent += count
-            if count < self.config.expiry_batch_size:
+            if claimed < self.config.expiry_batch_size:
                 break
-        return sent
 
     def _expire_round(self, expired_before: datetime) -> int:
         conn = self._registry.get()
@@ -194,13 +195,24 @@ class ReconcileJob:
             )
             if not rows:
                 return 0
-            self._write_kafka(dlq_rows(rows), DLQ_SCHEMA)
-            # Only after the DLQ acknowledged every record: a tombstone without its DLQ record
-            # would close a wait that nothing recorded.
-            self._write_kafka(tombstone_rows(self.config.wait_topic, rows), TOMBSTONE_SCHEMA)
-            mark_sent(conn, rows)
+            sent, parked = send_isolating_refused(
+                rows, lambda part: self._write_kafka(dlq_rows(part), DLQ_SCHEMA),
+                lambda exc: refusal_reason(str(exc)),
+            )  # fmt: skip
+            if sent:
+                # Only after the DLQ acknowledged these records: a tombstone without its DLQ
+                # record would close a wait that nothing recorded.
+                self._write_kafka(tombstone_rows(self.config.wait_topic, sent), TOMBSTONE_SCHEMA)
+                mark_sent(conn, sent)
+            mark_parked(conn, parked)
+        self._report.expired_sent += len(sent)
+        self._report.parked += len(parked)
         log.info("expired waits sent to the DLQ", wait_topic=self.config.wait_topic,
-                 dlq_topic=self.config.dlq_topic, expired_sent=len(rows))  # fmt: skip
+                 dlq_topic=self.config.dlq_topic, expired_sent=len(sent),
+                 parked=len(parked))  # fmt: skip
+        for row, reason in parked[:5]:
+            log.warning("DLQ record refused by Kafka; row parked", wait_topic=row.wait_topic,
+                        wait_id=str(row.wait_id), reason=reason)  # fmt: skip
         return len(rows)
 
     def _write_kafka(self, rows: list[tuple[Any, ...]], schema: str) -> None:

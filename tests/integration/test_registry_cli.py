@@ -37,6 +37,7 @@ class Seeded:
             (2, past, timedelta(minutes=30), False),
             (3, past - timedelta(hours=1), timedelta(hours=3), False),
             (4, past, timedelta(days=2), True),
+            (5, past, timedelta(hours=2), False),  # parked below
         ]
         events = []
         for offset, expires_at, _, _ in plan:
@@ -54,6 +55,11 @@ class Seeded:
                 " WHERE wait_topic = %s AND wait_id = %s",
                 (age, sent, self.wait_topic, self.wait_id(offset)),
             )
+        conn.execute(
+            "UPDATE wait SET dlq_failed_at = now(), dlq_error = 'RecordTooLargeException'"
+            " WHERE wait_topic = %s AND wait_id = %s",
+            (self.wait_topic, self.wait_id(5)),
+        )
         conn.commit()
 
     def wait_id(self, offset: int) -> str:
@@ -81,6 +87,7 @@ def test_stats_json_counts_rows_by_age_and_state(pg_dsn: str, seeded: Seeded) ->
             "open_by_age": {"<1m": 1, "<10m": 1, "<1h": 1, "<1d": 1, "older": 0},
             "expired_unsent": 2,
             "sent_awaiting_tombstone": 1,
+            "parked": 1,
             "rejected": 1,
         }
     ]
@@ -114,6 +121,7 @@ def test_list_older_than_includes_sent_rows_oldest_first(pg_dsn: str, seeded: Se
     assert [(r["wait_id"], r["status"]) for r in rows] == [
         (seeded.wait_id(4), "sent"),
         (seeded.wait_id(3), "expired"),
+        (seeded.wait_id(5), "parked"),
     ]
     assert rows[1]["age_s"] >= 3 * 3600
 
