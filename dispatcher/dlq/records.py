@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dispatcher.errors import ConfigError, WireFormatError
-from dispatcher.wire import DlqEntry, Headers, OutgoingRecord, parse_dlq_record
+from dispatcher.wire import (
+    DlqEntry,
+    Headers,
+    OutgoingRecord,
+    idempotency_key_of,
+    parse_dlq_record,
+    with_idempotency_key,
+)
 
 
 def resolve_dlq_topic(group: str | None, dlq_topic: str | None) -> str:
@@ -71,11 +78,17 @@ class DlqRecord:
 
 
 def original_record(record: DlqRecord) -> OutgoingRecord:
-    """The original record exactly as it was consumed: key, value and original headers only."""
+    """The original record as it was consumed (key, value, original headers), plus the
+    idempotency key of the call it repeats (`WAITLINE_IDEMPOTENCY_KEY`: the header it already
+    carried, else its wait id), so the counterparty can recognise the repeat."""
     if record.entry is None:
         raise WireFormatError(f"DLQ record {record.coordinates} is malformed: {record.problem}")
     source = record.entry.source
-    return OutgoingRecord(key=source.key, value=source.value, headers=source.headers)
+    headers = source.headers
+    if record.entry.wait_id is not None:
+        key = idempotency_key_of(headers, str(record.entry.wait_id))
+        headers = with_idempotency_key(headers, key)
+    return OutgoingRecord(key=source.key, value=source.value, headers=headers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import OutcomeWriter, source_record
-from dispatcher.wire import NULL_VALUE_FAILURE, SourceRecord, wait_id_for
+from dispatcher.wire import NULL_VALUE_FAILURE, SourceRecord, idempotency_key_of, wait_id_for
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,8 @@ class BatchEngine:
             return
         wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
                                   source.offset))
-        outcome = await self._counterparty.call(CallRequest(source.value, wait_id, source))
+        outcome = await self._counterparty.call(CallRequest(
+            source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
         self._metrics.call_latency.observe(outcome.elapsed_s)
         await self._outcomes.settle(source, wait_id, outcome)
 

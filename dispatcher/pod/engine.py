@@ -6,10 +6,9 @@ prepare (wait record acknowledged → offset committable) → call (one deadline
 would read as a tombstone there): it goes straight to the DLQ as `NullValueError`, and that
 acknowledged DLQ record is what makes its offset committable.
 
-Window: at most `concurrency` records between fetched and finished (a rebalance while the window
-is full may add one poll's worth, which is started rather than dropped). A window that stays full
-pauses the assigned partitions, and the poll loop keeps calling `getmany`, so the consumer stays
-in its group.
+Window: at most `concurrency` records between fetched and finished (a rebalance while it is full
+may add one poll's worth, started rather than dropped). A full window pauses the partitions; the
+poll loop keeps calling `getmany`, so the consumer stays in its group.
 
 Rebalance: on revoke we wait (at most half the rebalance timeout) for the revoked partitions'
 in-flight prepares, commit their watermark and forget them. Prepared records keep running to
@@ -66,6 +65,7 @@ from dispatcher.wire import (
     Failure,
     OutgoingRecord,
     SourceRecord,
+    idempotency_key_of,
     tombstone_of,
     wait_record,
 )
@@ -316,7 +316,8 @@ class AtLeastOnceEngine:
         outcome (the record is prepared: it must still end with a DLQ record and a tombstone)."""
         started = time.monotonic()
         try:
-            return await self._counterparty.call(CallRequest(body, wait_id, source))
+            key = idempotency_key_of(source.headers, wait_id)
+            return await self._counterparty.call(CallRequest(body, key, source, wait_id))
         except Exception as exc:  # any client failure must still settle the record
             log.exception("counterparty client failed unexpectedly for wait id %s", wait_id)
             failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())

@@ -52,12 +52,15 @@ from dispatcher.wire.fields import (
     encode_original_headers,
     encode_original_key,
     format_expiration,
+    idempotency_key_of,
     parse_expiration,
+    with_idempotency_key,
 )
 from dispatcher.wire.model import (
     DISPATCHER_GROUP,
     EXCEPTION,
     EXCEPTION_MESSAGE,
+    IDEMPOTENCY_KEY,
     MAX_FAILURE_TEXT_CHARS,
     NULL_VALUE_FAILURE,
     ORIGINAL_HEADERS,
@@ -84,6 +87,7 @@ __all__ = [
     "DISPATCHER_GROUP",
     "EXCEPTION",
     "EXCEPTION_MESSAGE",
+    "IDEMPOTENCY_KEY",
     "MAX_FAILURE_TEXT_CHARS",
     "NULL_VALUE_FAILURE",
     "ORIGINAL_HEADERS",
@@ -110,6 +114,7 @@ __all__ = [
     "encode_original_headers",
     "encode_original_key",
     "format_expiration",
+    "idempotency_key_of",
     "parse_dlq_record",
     "parse_expiration",
     "parse_wait_record",
@@ -118,4 +123,5 @@ __all__ = [
     "wait_id_for",
     "wait_record",
     "wait_tombstone",
+    "with_idempotency_key",
 ]

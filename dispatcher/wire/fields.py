@@ -10,7 +10,14 @@ import uuid
 from datetime import UTC, datetime
 
 from dispatcher.errors import WireFormatError
-from dispatcher.wire.model import ORIGINAL_HEADERS, ORIGINAL_KEY, WAIT_EXPIRATION_TIME, Headers
+from dispatcher.wire.model import (
+    IDEMPOTENCY_KEY,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    ORIGINAL_HEADERS,
+    ORIGINAL_KEY,
+    WAIT_EXPIRATION_TIME,
+    Headers,
+)
 
 _BASE64_PREFIX = "base64:"
 
@@ -153,3 +160,24 @@ def parse_uuid(text: str, what: str) -> uuid.UUID:
         # Compaction works on key bytes: only the canonical spelling closes the right prepare.
         raise WireFormatError(f"{what} is not a canonical lowercase UUID: {text[:80]!r}")
     return parsed
+
+
+def idempotency_key_of(headers: Headers, wait_id: str) -> str:
+    """The idempotency key a record's call carries: its `WAITLINE_IDEMPOTENCY_KEY` header when a
+    replay set one (the last, if repeated; printable text up to 255 characters), else its own
+    wait id. The wait id itself always comes from the record's coordinates."""
+    carried = [value for name, value in headers if name == IDEMPOTENCY_KEY]
+    if carried and carried[-1]:
+        try:
+            text = carried[-1].decode("utf-8")
+        except UnicodeDecodeError:
+            return wait_id
+        if len(text) <= MAX_IDEMPOTENCY_KEY_CHARS and text.isprintable():
+            return text
+    return wait_id
+
+
+def with_idempotency_key(headers: Headers, key: str) -> Headers:
+    """`headers` carrying `key` as the only `WAITLINE_IDEMPOTENCY_KEY` (a replay's)."""
+    kept = tuple((name, value) for name, value in headers if name != IDEMPOTENCY_KEY)
+    return (*kept, (IDEMPOTENCY_KEY, key.encode("utf-8")))

@@ -19,6 +19,9 @@ EXCEPTION_MESSAGE = "ExceptionMessage"
 STACKTRACE = "Stacktrace"
 DISPATCHER_GROUP = "DispatcherGroup"
 ORIGINAL_OMITTED = "ORIGINAL_OMITTED"
+# On a replayed record: the idempotency key of the call it repeats (see idempotency_key_of).
+IDEMPOTENCY_KEY = "WAITLINE_IDEMPOTENCY_KEY"
+MAX_IDEMPOTENCY_KEY_CHARS = 255
 """On a DLQ record that only references its original (too large to copy): value "true"."""
 
 Headers = tuple[tuple[str, bytes | None], ...]

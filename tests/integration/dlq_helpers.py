@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 
 from dispatcher import wire
 from dispatcher.dlq.cli import app
-from dispatcher.wire import Failure, Headers, SourceRecord
+from dispatcher.wire import IDEMPOTENCY_KEY, Failure, Headers, SourceRecord
 
 DAY_MS = 86_400_000
 TIMEOUT = Failure("TimeoutError", "no answer within 60 s",
@@ -52,7 +52,18 @@ class Dlq:
         return json.loads(result.stdout)
 
     def written(self, topic: str) -> list[Original]:
+        """What replays wrote to `topic`, without the idempotency-key header a replay adds
+        (`replay_keys` reads that), so it compares equal to the originals."""
+        return [(key, value, tuple(h for h in headers if h[0] != IDEMPOTENCY_KEY))
+                for key, value, headers in self.written_as_is(topic)]
+
+    def written_as_is(self, topic: str) -> list[Original]:
         return asyncio.run(read_all(self.bootstrap, topic))
+
+    def replay_keys(self, topic: str) -> list[list[bytes | None]]:
+        """Each written record's WAITLINE_IDEMPOTENCY_KEY values."""
+        return [[v for name, v in headers if name == IDEMPOTENCY_KEY]
+                for _key, _value, headers in self.written_as_is(topic)]
 
     def each_original_written_once(self) -> bool:
         """Whether the original topics hold each DLQ record's original exactly once."""

@@ -148,6 +148,8 @@ def test_replay_writes_the_exact_originals_once(dlq: Dlq) -> None:
     assert first["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
     assert first["malformed"] == 1
     assert dlq.each_original_written_once()
+    for topic in (dlq.orders, dlq.refunds):  # each carries the original call's key, once
+        assert all(len(keys) == 1 and keys[0] for keys in dlq.replay_keys(topic))
 
     second = dlq.json("replay", "--group", dlq.group, "--yes")
     assert (second["replayed"], second["already_replayed"]) == (0, 4)

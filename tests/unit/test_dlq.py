@@ -30,7 +30,7 @@ from dispatcher.dlq.records import (
 from dispatcher.dlq.rows import DlqRow, DlqStats, OldestFirst
 from dispatcher.errors import ConfigError, WireFormatError
 from dispatcher.previews import preview_bytes
-from dispatcher.wire import Failure, SourceRecord
+from dispatcher.wire import IDEMPOTENCY_KEY, Failure, SourceRecord
 
 pytestmark = pytest.mark.unit
 
@@ -101,10 +101,21 @@ def test_parse_keeps_a_malformed_record_with_its_problem() -> None:
     ids=["null-key", "binary-key", "empty-value", "null-value", "binary-repeated-null-headers",
          "headers-named-like-ours"],
 )
-def test_original_record_is_the_original_exactly(original: SourceRecord) -> None:
-    rebuilt = original_record(dlq_record(0, original))
+def test_original_record_is_the_original_exactly_plus_its_idempotency_key(
+    original: SourceRecord,
+) -> None:
+    record = dlq_record(0, original)
+    assert record.entry is not None and record.entry.wait_id is not None
+    rebuilt = original_record(record)
     assert (rebuilt.key, rebuilt.value, rebuilt.headers) == (
-        original.key, original.value, original.headers)
+        original.key, original.value,
+        (*original.headers, (IDEMPOTENCY_KEY, str(record.entry.wait_id).encode())))
+
+
+def test_a_replay_of_a_replay_keeps_the_first_idempotency_key() -> None:
+    replayed = source(headers=(("trace", b"t"), (IDEMPOTENCY_KEY, b"first-call-key")))
+    rebuilt = original_record(dlq_record(0, replayed))
+    assert rebuilt.headers == (("trace", b"t"), (IDEMPOTENCY_KEY, b"first-call-key"))
 
 
 def test_empty_filter_matches_everything_including_malformed() -> None:
