@@ -14,6 +14,7 @@ missing=()
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v promtool >/dev/null || missing+=(prometheus)  # promtool: the alert rules' tests
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq
@@ -22,6 +23,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   if command -v pg_ctlcluster >/dev/null; then
     as_root bash -c 'for c in /etc/postgresql/*/main; do [ -d "$c" ] && pg_ctlcluster "$(basename "$(dirname "$c")")" main stop || true; done' 2>/dev/null || true
   fi
+  # The package may start its own Prometheus server; only promtool is wanted.
+  as_root pkill -x prometheus 2>/dev/null || true
 fi
 
 if ! command -v uv >/dev/null; then
