@@ -31,7 +31,8 @@ from dispatcher.logs import configure_logging
 from dispatcher.previews import preview_bytes
 from dispatcher.wire import encode_original_key, format_expiration
 
-app = typer.Typer(help="Inspect the wait registry in PostgreSQL.", no_args_is_help=True)
+app = typer.Typer(help="Inspect the wait registry in PostgreSQL.", no_args_is_help=True,
+                  epilog="Example: waitline registry stats --wait-topic payments.wait")
 
 
 @app.callback()
@@ -56,7 +57,7 @@ def _fail(exc: WaitlineError) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command()
+@app.command(epilog="Example: waitline registry stats --json")
 def stats(
     dsn: DsnOption = None, wait_topic: WaitTopicOption = None, as_json: JsonOption = False
 ) -> None:
@@ -91,7 +92,7 @@ def stats(
     _console().print(table)
 
 
-@app.command("list")
+@app.command("list", epilog="Example: waitline registry list --expired --limit 20")
 def list_waits(
     *,
     expired: Annotated[
@@ -142,7 +143,7 @@ def list_waits(
     _console().print(table)
 
 
-@app.command()
+@app.command(epilog="Example: waitline registry migrate --dsn postgresql://localhost/waitline")
 def migrate(dsn: DsnOption = None) -> None:
     """Apply the schema files of sql/ that the database does not have yet."""
     try:

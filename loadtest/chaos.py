@@ -88,9 +88,12 @@ class Context:
     stack: LocalStack  # whose broker the broker scenario kills and restarts
 
 
-def _exit_problems(rig: Rig) -> tuple[str, ...]:
-    return tuple(f"pod {name} exited with {code} on SIGTERM"
-                 for name, code in rig.exits.items() if code not in (0, -9))
+def _result(rig: Rig, name: str, must_show: str, counted: tuple[int, FaultAccount], *,
+            recovery_s: float | None, started: float) -> ScenarioResult:
+    problems = tuple(f"pod {pod} exited with {code} on SIGTERM"
+                     for pod, code in rig.exits.items() if code not in (0, -9))
+    return ScenarioResult(name, must_show, *counted, recovery_s, rig.watch.max_stall_s(),
+                          time.monotonic() - started, problems)
 
 
 async def kill9(ctx: Context) -> ScenarioResult:
@@ -112,13 +115,12 @@ async def kill9(ctx: Context) -> ScenarioResult:
         rig.start_pod("last", "--concurrency", str(window), "--deadline", "10s")
         await rig.wait_fully_committed(timeout_s=180)
         await rig.stop_pod("last")
-        total, account = await rig.account(window, Allowed())
+        counted = await rig.account(window, Allowed())
         recoveries = [r for t in restarted_at if (r := rig.watch.recovery_s(t)) is not None]
-    return ScenarioResult(
-        f"{scale.kills} x kill -9 of a pod under load (N={window}), restarted each time",
-        "0 lost; repeated calls within Σ(window + prepared since the last commit)",
-        total, account, max(recoveries, default=None), rig.watch.max_stall_s(),
-        time.monotonic() - started, _exit_problems(rig))
+    return _result(rig, f"{scale.kills} x kill -9 of a pod under load (N={window}), restarted "
+                   "each time", "0 lost; repeated calls within Σ(window + prepared since the "
+                   "last commit)", counted, recovery_s=max(recoveries, default=None),
+                   started=started)
 
 
 async def _produce_for(bootstrap: str, topic: str, seconds: float, rate: float) -> None:
@@ -148,12 +150,10 @@ async def rebalance_storm(ctx: Context) -> ScenarioResult:
         await rig.wait_fully_committed(timeout_s=120)
         for name in list(rig.pods):
             await rig.stop_pod(name)
-        total, account = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
-    return ScenarioResult(
-        f"rebalance storm: 3 pods, one drained (SIGTERM) and replaced every "
-        f"{scale.replace_every_s:g} s for {scale.storm_s:g} s", "0 lost, 0 repeated calls",
-        total, account, None, rig.watch.max_stall_s(), time.monotonic() - started,
-        _exit_problems(rig))
+        counted = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
+    return _result(rig, f"rebalance storm: 3 pods, one drained (SIGTERM) and replaced every "
+                   f"{scale.replace_every_s:g} s for {scale.storm_s:g} s",
+                   "0 lost, 0 repeated calls", counted, recovery_s=None, started=started)
 
 
 async def broker_kill(ctx: Context) -> ScenarioResult:
@@ -176,12 +176,10 @@ async def broker_kill(ctx: Context) -> ScenarioResult:
         await rig.wait_fully_committed(timeout_s=240)
         rig.check_pods_alive()  # recovered without a restart
         await rig.stop_pod("pod")
-        total, account = await rig.account(window, Allowed(open_at_end=False))
-    return ScenarioResult(
-        f"broker kill -9 under load, restarted after {scale.broker_down_s:g} s",
-        "0 lost; the pod recovers without a restart", total, account,
-        rig.watch.recovery_s(back_at), rig.watch.max_stall_s(), time.monotonic() - started,
-        _exit_problems(rig))
+        counted = await rig.account(window, Allowed(open_at_end=False))
+    return _result(rig, f"broker kill -9 under load, restarted after {scale.broker_down_s:g} s",
+                   "0 lost; the pod recovers without a restart", counted,
+                   recovery_s=rig.watch.recovery_s(back_at), started=started)
 
 
 async def counterparty_outage(ctx: Context) -> ScenarioResult:
@@ -205,12 +203,11 @@ async def counterparty_outage(ctx: Context) -> ScenarioResult:
         await producing
         await rig.wait_fully_committed(timeout_s=240)
         await rig.stop_pod("pod", timeout_s=120)
-        total, account = await rig.account(window, Allowed(open_at_end=False))
-    return ScenarioResult(
-        f"counterparty outage (connection refused) for {scale.outage_s:g} s, deadline "
-        f"{scale.outage_deadline}", "0 lost; records past their deadline reach the DLQ",
-        total, account, first_call_s, rig.watch.max_stall_s(), time.monotonic() - started,
-        _exit_problems(rig))
+        counted = await rig.account(window, Allowed(open_at_end=False))
+    return _result(rig, f"counterparty outage (connection refused) for {scale.outage_s:g} s, "
+                   f"deadline {scale.outage_deadline}",
+                   "0 lost; records past their deadline reach the DLQ", counted,
+                   recovery_s=first_call_s, started=started)
 
 
 async def bad_input(ctx: Context) -> ScenarioResult:
@@ -228,14 +225,13 @@ async def bad_input(ctx: Context) -> ScenarioResult:
         await rig.wait_fully_committed(timeout_s=120)
         rig.check_pods_alive()  # no crash
         await rig.stop_pod("pod")
-        total, account = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
-    return ScenarioResult(
-        "bad-input corpus mixed into traffic (null key/value/both, binary, empty, repeated / "
-        "binary / 500 headers, malformed JSON, 100 KB key, 1 MiB value, 9 MiB value over the "
-        "wait topic's 8 MiB limit, non-UTF-8 header name)",
-        "0 crashes; every record called or in the DLQ with a reason; every partition commits "
-        "to its end", total, account, None, rig.watch.max_stall_s(),
-        time.monotonic() - started, _exit_problems(rig))
+        counted = await rig.account(window, Allowed(extra_calls=0, open_at_end=False))
+    return _result(rig, "bad-input corpus mixed into traffic (null key/value/both, binary, "
+                   "empty, repeated / binary / 500 headers, malformed JSON, 100 KB key, 1 MiB "
+                   "value, 9 MiB value over the wait topic's 8 MiB limit, non-UTF-8 header "
+                   "name)", "0 crashes; every record called or in the DLQ with a reason; "
+                   "every partition commits to its end", counted, recovery_s=None,
+                   started=started)
 
 
 Scenario = Callable[[Context], Awaitable[ScenarioResult]]

@@ -48,7 +48,7 @@ def quiet_kafka_client() -> None:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest counterparty --model seed+hang:0.05 --port 8080")
 def counterparty(
     *,
     model: Annotated[str, typer.Option(
@@ -86,7 +86,8 @@ def counterparty(
     typer.echo("mock counterparty stopped")
 
 
-@app.command("produce")
+@app.command("produce",
+             epilog="Example: waitline loadtest produce --topic orders --count 10000 --rate 500")
 def produce_command(
     *,
     topic: Annotated[str, typer.Option(help="Topic to write to.")],
@@ -139,7 +140,7 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
     return results
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest compare --scenario reference")
 def compare(
     *,
     scenario: Annotated[str, typer.Option(
@@ -164,15 +165,17 @@ def compare(
         typer.echo(f"plot: {plot}")
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest demo --out-dir reports")
 def demo(
     *,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
     out_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("reports"),
 ) -> None:
-    """The `make demo` show: batch vs at-least-once (reference scenario), then a kill -9 of
-    the pod mid-load, a restart, and the reconciliation job expiring what the crash left open."""
+    """The `make demo` show: batch vs at-least-once, then a crash accounted record by record.
+
+    The reference scenario in both modes, then a kill -9 of the pod mid-load, a restart, and the
+    reconciliation job expiring what the crash left open."""
     from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
     from loadtest.crash_demo import run_crash_demo  # noqa: PLC0415
 
@@ -199,7 +202,7 @@ def demo(
         raise typer.Exit(FAILURE_EXIT_CODE)
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest chaos --scale short --scenario kill9")
 def chaos(
     *,
     scale: Annotated[str, typer.Option(
@@ -215,9 +218,11 @@ def chaos(
     work_dir: Annotated[Path, typer.Option(help="Pod and counterparty logs.")] = Path(
         "reports/chaos"),
 ) -> None:
-    """The fault suite: kill -9, rebalance storm, broker kill, counterparty outage and bad input
-    on the local stack, every record accounted for from outside the pods. Exits 1 if any
-    scenario loses a record or breaks its rule."""
+    """The fault suite: faults injected on the local stack, every record accounted for.
+
+    kill -9, rebalance storm, broker kill, counterparty outage and bad input, each record
+    accounted for from outside the pods. Exits 1 if any scenario loses a record or breaks its
+    rule."""
     from loadtest.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
 
     if scale not in SCALES:
@@ -278,7 +283,7 @@ def _run_mirror(*, events: int, rate: float, duration: str, trigger: str,
         _fail(str(exc), FAILURE_EXIT_CODE)
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")
 def mirror(
     *,
     events: Annotated[int, typer.Option(
@@ -298,8 +303,10 @@ def mirror(
         help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local "
              "stack.")] = None,
 ) -> None:
-    """The reconciliation job: wait events/s of one --once cycle, and the mirror lag under a
-    steady flow with the job running continuously."""
+    """Benchmark the reconciliation job: mirror throughput and lag.
+
+    Wait events/s of one --once cycle, and the mirror lag under a steady flow with the job
+    running continuously."""
     from loadtest.compare import write_json  # noqa: PLC0415
     from loadtest.mirror_bench_core import markdown_table  # noqa: PLC0415
 
@@ -311,7 +318,7 @@ def mirror(
         typer.echo(f"JSON: {json_path}")
 
 
-@app.command()
+@app.command(epilog="Example: waitline loadtest bench --out docs/BENCHMARKS.md")
 def bench(
     *,
     out: Annotated[Path, typer.Option(help="Markdown report to (re)write.")] = Path(

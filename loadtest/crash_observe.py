@@ -29,7 +29,7 @@ class WaitTopicState:
         return self.seen - self.closed
 
 
-async def _partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
+async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
     """`topic`'s partitions, asked of the cluster (a client's cached metadata may predate it);
     empty when the topic does not exist."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -45,7 +45,7 @@ async def _partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
 async def _read_to_end(bootstrap: str, topic: str,
                        each: Callable[[ConsumerRecord[bytes, bytes]], None]) -> None:
     """Every record of `topic` up to its end now, partition by partition in offset order."""
-    partitions = await _partitions(bootstrap, topic)
+    partitions = await topic_partitions(bootstrap, topic)
     if not partitions:
         return
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -102,7 +102,7 @@ async def read_dlq_exceptions(bootstrap: str, topic: str,
 
 async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUID, Coordinates]:
     """Every record of the input topic, by the wait id `group` gives it."""
-    partitions = await _partitions(bootstrap, topic)
+    partitions = await topic_partitions(bootstrap, topic)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -116,7 +116,7 @@ async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUI
 
 async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offset per partition of `topic` (absent where none)."""
-    partitions = await _partitions(bootstrap, topic)
+    partitions = await topic_partitions(bootstrap, topic)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                                 enable_auto_commit=False)
     await consumer.start()

@@ -28,7 +28,7 @@ app = typer.Typer(
 )
 
 
-@app.command()
+@app.command(epilog="Example: waitline reconcile --group payments --once")
 def reconcile(
     *,
     group: Annotated[

@@ -42,7 +42,8 @@ def _opt(help_text: str, env: str, panel: str) -> Any:
                         show_envvar=True)
 
 
-@app.command(name="dispatch")
+@app.command(name="dispatch", epilog="Example: waitline dispatch --input-topic orders --group "
+             "payments --counterparty-url http://127.0.0.1:8080/ --concurrency 200")
 def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares them
     input_topic: Annotated[str, _opt("Topic(s) to consume, comma-separated.", "INPUT_TOPIC",
                                      _TOPICS)],

@@ -35,6 +35,7 @@ from dispatcher.wire import (
     parse_wait_record,
     wait_id_for,
 )
+from loadtest.crash_observe import topic_partitions
 
 LARGE_RECORD_BYTES = 4 * 1024 * 1024
 # What the engine logs once it holds partitions ("partitions assigned: none" holds none).
@@ -108,19 +109,6 @@ async def _send_null_key_and_value(producer: AIOKafkaProducer, topic: str, recor
     batch.close()
     delivered = await producer.send_batch(batch, topic, partition=record.partition or 0)
     return await delivered
-
-
-async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
-    """`topic`'s partitions, asked of the cluster (a client's cached metadata may predate it);
-    empty when the topic does not exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        described = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    return sorted(TopicPartition(topic, p["partition"])
-                  for t in described if t["error_code"] == 0 for p in t["partitions"])
 
 
 async def read_topic(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:

@@ -1,4 +1,4 @@
-"""`waitline --help` and the `dlq` and `dev` commands' help: one line saying what, an example."""
+"""`waitline --help` and every command's help: one line saying what, and an example."""
 
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ def test_root_help_lists_each_sub_command_with_its_one_liner_and_an_example() ->
 @pytest.mark.parametrize(
     "command",
     [("dlq",), ("dlq", "list"), ("dlq", "show"), ("dlq", "stats"), ("dlq", "replay"),
-     ("dev",), ("dev", "up"), ("dev", "down"), ("dev", "status")],
+     ("dev",), ("dev", "up"), ("dev", "down"), ("dev", "status"), ("dispatch",),
+     ("reconcile",), ("registry",), ("registry", "stats"), ("registry", "list"),
+     ("registry", "migrate"), ("loadtest", "counterparty"), ("loadtest", "produce"),
+     ("loadtest", "compare"), ("loadtest", "demo"), ("loadtest", "chaos"),
+     ("loadtest", "mirror"), ("loadtest", "bench")],
 )
-def test_each_dlq_and_dev_command_says_what_it_does_with_an_example(
+def test_each_command_says_what_it_does_with_an_example(
     command: tuple[str, ...]
 ) -> None:
     text = help_of(*command)
