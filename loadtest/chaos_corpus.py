@@ -63,23 +63,29 @@ async def create_roomy_topic(bootstrap: str, topic: str, partitions: int) -> Non
         await admin.close()
 
 
+async def send_raw(producer: AIOKafkaProducer, topic: str, partition: int,
+                   record: OddRecord) -> None:
+    """Write one record as other clients may: through the batch API, since aiokafka's `send`
+    refuses a null key with a null value, and its pure-Python builder, since only that one
+    writes a header name that is not UTF-8."""
+    batch = producer.create_batch()
+    batch._builder = _DefaultRecordBatchBuilderPy(
+        2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
+        batch_size=INPUT_TOPIC_LIMIT)
+    batch.append(key=record.key, value=record.value, timestamp=None,
+                 headers=list(record.headers))
+    batch.close()
+    await (await producer.send_batch(batch, topic, partition=partition))
+
+
 async def produce_corpus(bootstrap: str, topic: str, partitions: int) -> int:
-    """Every corpus record, spread over the partitions, through the batch API: aiokafka's `send`
-    refuses a null key with a null value, and only its pure-Python builder writes a header name
-    that is not UTF-8. Returns how many were written."""
+    """Every corpus record, spread over the partitions; returns how many were written."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 max_request_size=INPUT_TOPIC_LIMIT)
     await producer.start()
     try:
         for index, odd in enumerate(CORPUS):
-            batch = producer.create_batch()
-            batch._builder = _DefaultRecordBatchBuilderPy(
-                2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
-                batch_size=INPUT_TOPIC_LIMIT)
-            batch.append(key=odd.key, value=odd.value, timestamp=None,
-                         headers=list(odd.headers))
-            batch.close()
-            await (await producer.send_batch(batch, topic, partition=index % partitions))
+            await send_raw(producer, topic, index % partitions, odd)
     finally:
         await producer.stop()
     return len(CORPUS)

@@ -29,6 +29,7 @@ from loadtest.compare import HarnessError, get_json, spawn, stop, wait_http
 from loadtest.crash_account import AtTheKill
 from loadtest.crash_observe import (
     committed_offsets,
+    end_offsets,
     input_records,
     read_dlq_exceptions,
     read_wait_topic,
@@ -217,9 +218,7 @@ class Rig:
 
     async def wait_fully_committed(self, timeout_s: float) -> None:
         """Until the group has committed every partition to its end (production is over)."""
-        ends: Counter[int] = Counter()
-        for coordinates in (await input_records(self.bootstrap, self.group, self.topic)).values():
-            ends[coordinates.partition] = max(ends[coordinates.partition], coordinates.offset + 1)
+        ends = await end_offsets(self.bootstrap, self.topic)
         deadline = time.monotonic() + timeout_s
         while True:
             committed = await committed_offsets(self.bootstrap, self.group, self.topic)
@@ -227,7 +226,7 @@ class Rig:
                 return
             if time.monotonic() > deadline:
                 raise HarnessError(f"{self.tag}: not fully committed after {timeout_s:.0f} s "
-                                   f"(committed {committed}, ends {dict(ends)})")
+                                   f"(committed {committed}, ends {ends})")
             self.check_pods_alive()
             await asyncio.sleep(0.5)
 

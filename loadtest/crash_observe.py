@@ -114,21 +114,37 @@ async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUI
             for tp in partitions for offset in range(starts[tp], ends[tp])}
 
 
-async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset per partition of `topic` (absent where none)."""
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """`topic`'s end offset per partition (empty when the topic does not exist)."""
     partitions = await topic_partitions(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
+    if not partitions:
+        return {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await consumer.start()
     try:
-        committed: dict[int, int] = {}
-        for tp in partitions:
-            offset = await consumer.committed(tp)
-            if offset is not None:
-                committed[tp.partition] = offset
-        return committed
+        return {tp.partition: offset
+                for tp, offset in (await consumer.end_offsets(partitions)).items()}
     finally:
         await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset per partition of `topic` (absent where none)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items()
+            if tp.topic == topic and meta.offset >= 0}
+
+
+async def fully_committed(bootstrap: str, group: str, topic: str) -> bool:
+    """True when the group has committed every partition of `topic` up to its end."""
+    ends = await end_offsets(bootstrap, topic)
+    committed = await committed_offsets(bootstrap, group, topic)
+    return all(committed.get(p, 0) == end for p, end in ends.items())
 
 
 async def calls_by_key(session: aiohttp.ClientSession, mock_url: str) -> dict[str, int]:

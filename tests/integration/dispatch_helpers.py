@@ -35,7 +35,12 @@ from dispatcher.wire import (
     parse_wait_record,
     wait_id_for,
 )
-from loadtest.crash_observe import topic_partitions
+from loadtest.crash_observe import (  # noqa: F401 - re-exported for the tests
+    committed_offsets,
+    end_offsets,
+    fully_committed,
+    topic_partitions,
+)
 
 LARGE_RECORD_BYTES = 4 * 1024 * 1024
 # What the engine logs once it holds partitions ("partitions assigned: none" holds none).
@@ -140,38 +145,6 @@ async def _reached(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) 
         if await consumer.position(tp) < end:
             return False
     return True
-
-
-async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    partitions = await topic_partitions(bootstrap, topic)
-    if not partitions:
-        return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        return {tp.partition: offset
-                for tp, offset in (await consumer.end_offsets(partitions)).items()}
-    finally:
-        await consumer.stop()
-
-
-async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets of `topic`'s partitions (absent: nothing committed)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    finally:
-        await admin.close()
-    return {tp.partition: meta.offset for tp, meta in offsets.items()
-            if tp.topic == topic and meta.offset >= 0}
-
-
-async def fully_committed(bootstrap: str, group: str, topic: str) -> bool:
-    """True when the group has committed every partition of `topic` up to its end."""
-    ends = await end_offsets(bootstrap, topic)
-    committed = await committed_offsets(bootstrap, group, topic)
-    return all(committed.get(p, 0) == end for p, end in ends.items())
 
 
 @dataclass

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,
@@ -40,7 +39,7 @@ from dispatcher.pod import runner
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.runner import run_pod
 from dispatcher.wire import ORIGINAL_OMITTED, OutgoingRecord, wait_id_for
-from loadtest.chaos_corpus import RawHeaderName
+from loadtest.chaos_corpus import OddRecord, RawHeaderName, send_raw
 from loadtest.generator import produce
 
 pytestmark = pytest.mark.integration
@@ -422,14 +421,8 @@ async def _produce_with_undecodable_header_name(bootstrap: str, topic: str) -> N
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        batch = producer.create_batch()
-        # aiokafka's own builder refuses such a name; its pure-Python builder writes the bytes.
-        batch._builder = _DefaultRecordBatchBuilderPy(
-            2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
-            batch_size=16384)
-        batch.append(key=b"odd", value=b"x", timestamp=None, headers=[(RawHeaderName("h"), b"v")])
-        batch.close()
-        await (await producer.send_batch(batch, topic, partition=0))
+        await send_raw(producer, topic, 0,
+                       OddRecord("odd", b"odd", b"x", ((RawHeaderName("h"), b"v"),)))
     finally:
         await producer.stop()
 
