@@ -106,7 +106,6 @@ class Rig:
         self.exits: dict[str, int] = {}  # pod name -> exit code, for pods stopped or dead
         self._mock: subprocess.Popen[bytes] | None = None
         self._mock_starts = 0
-        self._calls_file = self.work_dir / "mock-calls.json"
         self._calls: Counter[str] = Counter()  # of mock processes already stopped
         self._session = aiohttp.ClientSession()
         self._watch_task: asyncio.Task[None] | None = None
@@ -132,13 +131,16 @@ class Rig:
     def watch_commits(self) -> None:
         self._watch_task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
 
+    def _calls_file(self) -> Path:
+        """Where the current counterparty process writes its final calls per key."""
+        return self.work_dir / f"{self.tag}-mock{self._mock_starts}-calls.json"
+
     async def start_mock(self) -> None:
         self._mock_starts += 1
         log = self.work_dir / f"{self.tag}-mock{self._mock_starts}.log"
-        self._calls_file = self.work_dir / f"{self.tag}-mock{self._mock_starts}-calls.json"
         self._mock = spawn(["loadtest", "counterparty", "--model", self.model, "--port",
                             str(self.mock_port), "--record-keys", "--calls-file",
-                            str(self._calls_file)], log)
+                            str(self._calls_file())], log)
         await wait_http(self._session, f"{self.mock_url}stats", self._mock, log)
 
     async def stop_mock(self) -> None:
@@ -149,7 +151,7 @@ class Rig:
             if self._mock.returncode != 0:
                 raise HarnessError(f"{self.tag}: the mock counterparty exited with "
                                    f"{self._mock.returncode}; see {self.work_dir}")
-            text = await asyncio.to_thread(self._calls_file.read_text)
+            text = await asyncio.to_thread(self._calls_file().read_text)
             self._calls.update({str(k): int(n) for k, n in json.loads(text)["calls"].items()})
             self._mock = None
 
