@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,
@@ -454,3 +454,37 @@ async def test_a_header_name_that_is_not_utf8_gets_a_reference_dlq_record(
     assert (entry.source.partition, entry.source.offset) == (0, 3)
     assert entry.failure.exception == "UnreadableRecordError"
     assert entry.original_omitted
+
+
+
+async def test_a_partition_whose_fetch_position_goes_back_is_dispatched_again(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 7: when a partition's fetch position went back (log truncated and reset to
+    earliest, topic recreated, an operator's seek), tracking the lower offset raised ValueError
+    and the pod crashed. Now the partition's bookkeeping restarts there: the records are called
+    again (at least once) and the partition commits to its end."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await produce_records(kafka_bootstrap, topic,
+                          [InputRecord(key=b"k", value=b"%d" % i) for i in range(30)])
+    consumers: list[AIOKafkaConsumer] = []
+    original = runner.make_consumer
+
+    def make_consumer(*args: Any, **kwargs: Any) -> AIOKafkaConsumer:
+        consumers.append(original(*args, **kwargs))
+        return consumers[-1]
+
+    monkeypatch.setattr(runner, "make_consumer", make_consumer)
+    async with RecordingCounterparty() as counterparty:
+        async def rewound_and_committed() -> bool:
+            if len(counterparty.calls) == 30 and await fully_committed(kafka_bootstrap, group,
+                                                                       topic):
+                consumers[0].seek(TopicPartition(topic, 0), 0)  # as a reset to earliest does
+                await asyncio.sleep(0.5)
+            return (len(counterparty.calls) >= 60
+                    and await fully_committed(kafka_bootstrap, group, topic))
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, counterparty.url),
+                            rewound_and_committed, timeout_s=60)
+    assert Counter(Counter(c.idempotency_key for c in counterparty.calls).values()) == {2: 30}
