@@ -173,6 +173,12 @@ class RegistryReader:
             )
         return result
 
+    def wait_ids(self, wait_topic: str) -> set[str]:
+        """The wait ids of every row of `wait_topic` (open, sent or parked)."""
+        with self._reading() as conn:
+            rows = conn.execute(select(_wait.c.wait_id).where(_wait.c.wait_topic == wait_topic))
+            return {str(row[0]) for row in rows}
+
     def list_expired(self, *, wait_topic: str | None = None, limit: int = 50) -> list[WaitSummary]:
         """Open rows past their expiration, longest expired first: what the sweep sends next."""
         where = and_(_wait.c.dlq_sent_at.is_(None), _wait.c.dlq_failed_at.is_(None),

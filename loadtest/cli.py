@@ -206,13 +206,15 @@ def demo(
 def chaos(
     *,
     scale: Annotated[str, typer.Option(
-        help="short (what make test runs, ~3 min) or full (make chaos: 20 kills, a 2 min storm "
-             "and a 2 min outage, ~15 min).")] = "full",
+        help="short (what make test runs, ~4 min) or full (make chaos: 20 kills, a 2 min storm, "
+             "a 2 min counterparty outage and a 10 min PostgreSQL outage, ~30 min).")] = "full",
     scenario: Annotated[list[str] | None, typer.Option(
-        help="Run only these: kill9, rebalance, broker, outage, bad-input (repeatable).")] = None,
+        help="Run only these: kill9, rebalance, broker, outage, bad-input, registry "
+             "(repeatable).")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: the local stack (the broker scenario needs "
-             "it: it kills and restarts that broker).")] = None,
+        help="Kafka bootstrap servers; default: the local stack (the broker and registry "
+             "scenarios need it: they kill and restart its broker, stop and start its "
+             "PostgreSQL).")] = None,
     out: Annotated[Path | None, typer.Option(
         help="Write the results table (markdown) here, e.g. docs/RELIABILITY.md.")] = None,
     work_dir: Annotated[Path, typer.Option(help="Pod and counterparty logs.")] = Path(
@@ -220,9 +222,9 @@ def chaos(
 ) -> None:
     """The fault suite: faults injected on the local stack, every record accounted for.
 
-    kill -9, rebalance storm, broker kill, counterparty outage and bad input, each record
-    accounted for from outside the pods. Exits 1 if any scenario loses a record or breaks its
-    rule."""
+    kill -9, rebalance storm, broker kill, counterparty outage, bad input and a PostgreSQL
+    outage under reconciliation, each record accounted for from outside the pods. Exits 1 if
+    any scenario loses a record or breaks its rule."""
     from loadtest.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
 
     if scale not in SCALES:
