@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Annotated, NoReturn
 
+import structlog
 import typer
 
 from dispatcher.errors import ConfigError, WaitlineError
@@ -84,6 +85,17 @@ def reconcile(
     expiry_batch_size: Annotated[
         int, typer.Option(help="Expired rows claimed and sent per DLQ write.", min=1)
     ] = 5_000,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics on this port (/metrics); off when not given.",
+            min=0, max=65535, envvar="WAITLINE_RECONCILE_METRICS_PORT",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics port binds to (0.0.0.0 in a container).",
+                          envvar="WAITLINE_RECONCILE_METRICS_HOST")
+    ] = "127.0.0.1",
     kafka_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -116,12 +128,22 @@ def reconcile(
         _fail(str(exc), CONFIG_EXIT_CODE)
 
     job = ReconcileJob(spark, config)
+    if metrics_port is not None:
+        try:
+            job.metrics.serve(metrics_host, metrics_port)
+        except OSError as exc:
+            spark.stop()
+            _fail(f"--metrics-port {metrics_port} on {metrics_host}: {exc.strerror or exc}",
+                  CONFIG_EXIT_CODE)
+        structlog.get_logger(__name__).info(
+            "metrics served", url=f"http://{metrics_host}:{job.metrics.port}/metrics")
     _stop_on_signals(job.stop)
     try:
         job.run()
     except WaitlineError as exc:
         _fail(f"reconcile failed: {exc}", FAILURE_EXIT_CODE)
     finally:
+        job.metrics.close()
         spark.stop()
 
 

@@ -40,6 +40,7 @@ import structlog
 import tenacity
 from pyspark.sql import DataFrame, SparkSession
 
+from connectors.registry import RegistryReader, TopicStats
 from connectors.sink import MirrorResult, apply_batch
 from connectors.source import claim_expired, mark_parked, mark_sent, refusal_reason
 from dispatcher.errors import RegistryError
@@ -52,6 +53,7 @@ from spark_jobs.expiry import (
     send_isolating_refused,
     tombstone_rows,
 )
+from spark_jobs.metrics import ReconcileMetrics
 from spark_jobs.mirror import BatchTally, CycleReport, pending_changes
 from spark_jobs.registry_link import RegistryConnection, registry_unavailable
 
@@ -65,12 +67,16 @@ T = TypeVar("T")
 class ReconcileJob:
     """The mirror and the expiry sweep for one wait topic, on a given SparkSession."""
 
-    def __init__(self, spark: SparkSession, config: ReconcileConfig) -> None:
+    def __init__(self, spark: SparkSession, config: ReconcileConfig,
+                 metrics: ReconcileMetrics | None = None) -> None:
         self.spark = spark
         self.config = config
+        self.metrics = metrics or ReconcileMetrics(config.wait_topic)
         self._registry = RegistryConnection(config.pg_dsn)
+        self._reader = RegistryReader(config.pg_dsn)
         self._stop = threading.Event()
         self._report = CycleReport()
+        self._batch_error: RegistryError | None = None
         self.registry_failures = 0
         """Attempts that failed because PostgreSQL was unreachable, since the job started."""
 
@@ -91,6 +97,7 @@ class ReconcileJob:
     def run(self) -> None:
         """Cycles until stopped (one cycle when `once`); a cycle starts every trigger interval."""
         try:
+            self._with_registry_retry(self._registry.check_schema, "schema check")
             while not self._stop.is_set():
                 started = time.monotonic()
                 self.run_cycle()
@@ -108,9 +115,20 @@ class ReconcileJob:
         if not self._stop.is_set():
             self._expire(caught_up_at)
         report = self._report
+        self.metrics.cycle_ended(mirrored_any=report.events_in > 0, stats=self._stats())
         log.info("reconcile cycle done", wait_topic=self.config.wait_topic,
                  **{k: v for k, v in vars(report).items() if k != "lag_newest_s"})  # fmt: skip
         return report
+
+    def _stats(self) -> TopicStats | None:
+        """The wait topic's row counts for the gauges; None (logged) when they cannot be read."""
+        try:
+            found = self._reader.topic_stats(wait_topic=self.config.wait_topic)
+        except RegistryError as exc:
+            log.warning("registry counts not read; the gauges keep their last values",
+                        error=str(exc))  # fmt: skip
+            return None
+        return found[0] if found else TopicStats(self.config.wait_topic, {}, 0, 0, 0)
 
     # -- mirror ---------------------------------------------------------------------------------
 
@@ -144,6 +162,8 @@ class ReconcileJob:
         except Exception:
             if self._stop.is_set():
                 return  # interrupted on purpose; the unfinished batch is replayed next run
+            if self._batch_error is not None:
+                raise self._batch_error from None
             raise
 
     def _mirror_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -159,9 +179,14 @@ class ReconcileJob:
             return apply_batch(conn, tally.events(rows), dlq_topic=self.config.dlq_topic,
                                group=self.config.group)  # fmt: skip
 
-        result = self._with_registry_retry(apply, f"mirror batch {batch_id}")
+        try:
+            result = self._with_registry_retry(apply, f"mirror batch {batch_id}")
+        except RegistryError as exc:
+            self._batch_error = exc  # Spark wraps it with Java and Python tracebacks
+            raise
         lag_s = tally.lag_s()
         self._report.add_batch(tally.events_in, result, lag_s)
+        self.metrics.batch_applied(tally.events_in, result, lag_s)
         elapsed_s = time.monotonic() - started
         log.info(
             "mirror batch applied", wait_topic=self.config.wait_topic, batch_id=batch_id,
@@ -207,6 +232,7 @@ class ReconcileJob:
             mark_parked(conn, parked)
         self._report.expired_sent += len(sent)
         self._report.parked += len(parked)
+        self.metrics.swept(len(sent), len(parked))
         log.info("expired waits sent to the DLQ", wait_topic=self.config.wait_topic,
                  dlq_topic=self.config.dlq_topic, expired_sent=len(sent),
                  parked=len(parked))  # fmt: skip
@@ -239,6 +265,7 @@ class ReconcileJob:
             nonlocal failures
             failures = state.attempt_number
             self.registry_failures += 1
+            self.metrics.registry_unavailable.labels(self.config.wait_topic).inc()
             self._registry.close()
             outcome = state.outcome
             log.warning(
@@ -259,7 +286,7 @@ class ReconcileJob:
             result = retrying(body)
         except psycopg.Error as exc:
             self._registry.close()
-            raise RegistryError(f"{what} of {self.config.wait_topic}: {exc}") from exc
+            raise self._registry.failure(f"{what} of {self.config.wait_topic}", exc) from exc
         if failures:
             log.info("PostgreSQL is back", what=what, failed_attempts=failures)
         return result

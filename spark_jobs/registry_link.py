@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import psycopg
 
+from connectors.registry import describe_dsn, first_line
+from dispatcher.errors import RegistryError
+
 
 def registry_unavailable(exc: BaseException) -> bool:
     """True for errors that mean "PostgreSQL is not reachable now": retried, never fatal."""
@@ -24,6 +27,19 @@ class RegistryConnection:
                 application_name="waitline-reconcile",
             )  # fmt: skip
         return self._conn
+
+    def check_schema(self) -> None:
+        """RegistryError naming the database when the Waitline tables are missing there."""
+        try:
+            self.get().execute("SELECT 1 FROM wait, wait_reject LIMIT 0")
+        except psycopg.errors.UndefinedTable as exc:
+            raise RegistryError(f"the wait registry schema is missing in "
+                                f"{describe_dsn(self._dsn)}: run `waitline registry migrate`"
+                                ) from exc
+
+    def failure(self, what: str, exc: psycopg.Error) -> RegistryError:
+        """The one-line error for a database error that retrying cannot fix."""
+        return RegistryError(f"{what} failed on {describe_dsn(self._dsn)}: {first_line(exc)}")
 
     def close(self) -> None:
         """Close the connection (also after an error); the next `get` reconnects."""

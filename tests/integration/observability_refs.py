@@ -1,5 +1,5 @@
 """What the dashboard and the alert rules under compose/ query, for the tests that hold them to
-the pod's real metrics."""
+the real metrics of the pod and of the reconciliation job."""
 
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ def metric_names_used() -> set[str]:
     dashboard = json.loads((COMPOSE / "grafana" / "dashboards" / "waitline.json").read_text())
     exprs += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     return {name for expr in exprs for name in re.findall(r"\bwaitline_[a-z_]+", expr)}
+
+
+def is_job_metric(name: str) -> bool:
+    """Metrics of the reconciliation job (spark_jobs/metrics.py); the rest are the pod's."""
+    return name.startswith("waitline_reconcile_")
 
 
 def family(name: str) -> str:

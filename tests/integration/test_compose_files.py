@@ -1,7 +1,8 @@
 """What can be checked of compose/ without a Docker engine: the compose file parses, its images
 are pinned, every command it runs is a real `waitline` command, its WAITLINE_* variables are
-settings the pod reads, and the dashboard and alert rules name only the pod's metric families
-(that those exist in a real scrape: tests/integration/test_pod_observability.py)."""
+settings the pod reads, Prometheus scrapes the pod's and the job's metrics ports, and the
+dashboard and alert rules name only metric families the pod or the job defines (that those exist
+in a real scrape: tests/integration/test_pod_observability.py, test_reconcile_metrics.py)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,16 @@ def test_the_pods_environment_names_its_settings() -> None:
         yaml.safe_load((COMPOSE / "prometheus" / "prometheus.yml").read_text()))
 
 
-def test_the_dashboard_and_rules_use_metrics_the_pod_defines() -> None:
-    source = (COMPOSE.parent / "dispatcher" / "pod" / "metrics.py").read_text()
+def test_prometheus_scrapes_the_reconciliation_jobs_metrics_port() -> None:
+    command = compose_services()["reconcile"]["command"]
+    port = command[command.index("--metrics-port") + 1]
+    assert f"reconcile:{port}" in json.dumps(
+        yaml.safe_load((COMPOSE / "prometheus" / "prometheus.yml").read_text()))
+
+
+def test_the_dashboard_and_rules_use_metrics_the_pod_or_the_job_defines() -> None:
+    source = "".join((COMPOSE.parent / path).read_text()
+                     for path in ("dispatcher/pod/metrics.py", "spark_jobs/metrics.py"))
     defined = set(re.findall(r'"(waitline_[a-z_]+)"', source))
     used = {family(name) for name in metric_names_used()}
     assert used, "no metric found in the dashboard or the rules"
