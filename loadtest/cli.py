@@ -320,6 +320,34 @@ def mirror(
         typer.echo(f"JSON: {json_path}")
 
 
+@app.command("handler-cpu", epilog="Example: waitline loadtest handler-cpu --rounds 3")
+def handler_cpu_command(
+    *,
+    windows: Annotated[str, typer.Option(help="Comma-separated windows N.")] = "50,1000",
+    records: Annotated[int, typer.Option(help="Backlog per pod run.", min=1000)] = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each variant per window.", min=1)] = 3,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
+             "stack.")] = None,
+) -> None:
+    """Measure CPU per record: built-in HTTP client vs the HTTP handler behind the seam.
+
+    The same pod drains a backlog both ways, side by side in one run, variants alternating."""
+    from loadtest.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+
+    try:
+        sizes = [int(w) for w in windows.split(",") if w.strip()]
+    except ValueError:
+        _fail(f"--windows must be comma-separated integers, not {windows!r}", CONFIG_EXIT_CODE)
+    try:
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              Path("reports/handler-cpu"), sizes, records,
+                                              rounds))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples))
+
+
 @app.command(epilog="Example: waitline loadtest bench --out docs/BENCHMARKS.md")
 def bench(
     *,
@@ -330,6 +358,9 @@ def bench(
     mirror: Annotated[bool, typer.Option(
         help="Then benchmark the reconciliation job (`waitline loadtest mirror`, "
              "defaults).")] = True,
+    handler_cpu: Annotated[bool, typer.Option(
+        help="Then measure the handler seam's CPU per record (`waitline loadtest "
+             "handler-cpu`).")] = True,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
     dsn: Annotated[str | None, typer.Option(
@@ -337,15 +368,19 @@ def bench(
 ) -> None:
     """Run the benchmark scenarios, then the reconciliation job's, and rewrite
     docs/BENCHMARKS.md with what was measured."""
+    from loadtest.pod_cpu import measure_pod_cpu, section  # noqa: PLC0415
     from loadtest.report import write_benchmarks  # noqa: PLC0415
 
     names = [name.strip() for name in scenarios.split(",") if name.strip()]
     results = _run_scenarios(names, bootstrap_servers, Path("reports/loadtest"))
+    cpu = (section(asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                               Path("reports/handler-cpu"))))
+           if handler_cpu else "")
     mirror_rows = (_run_mirror(events=MIRROR_EVENTS, rate=MIRROR_RATE, duration=MIRROR_DURATION,
                                trigger=MIRROR_TRIGGER, bootstrap_servers=bootstrap_servers,
                                dsn=dsn)
                    if mirror else [])
-    write_benchmarks(results, names, out, mirror_rows=mirror_rows)
+    write_benchmarks(results, names, out, mirror_rows=mirror_rows, handler_cpu=cpu)
     typer.echo(f"wrote {out}")
 
 

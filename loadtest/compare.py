@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import time
@@ -86,10 +87,13 @@ async def create_topic(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
-def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], log_path: Path,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`waitline <args>` as a process logging to `log_path`; `env` adds to this environment."""
     with log_path.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=None if env is None else {**os.environ, **env})
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

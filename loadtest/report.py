@@ -58,7 +58,10 @@ def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> li
 
 
 def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: Path, *,
-                     mirror_rows: Sequence[MirrorBenchRow] = ()) -> None:
+                     mirror_rows: Sequence[MirrorBenchRow] = (),
+                     handler_cpu: str = "") -> None:
+    """Rewrite `out`: the scenarios, then the handler seam's CPU section (markdown, from
+    `loadtest.pod_cpu.section`) and the reconciliation job's, when measured."""
     stem = out.with_suffix("")
     json_path, plot_path = stem.with_name("benchmarks.json"), stem.with_name("benchmarks.png")
     mirror_json_path = stem.with_name("benchmarks-reconcile.json")
@@ -85,6 +88,8 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
         parts += [f"## {name}", "", SCENARIOS[name].description, "", markdown_table(rows), ""]
     parts += [f"![throughput vs bound]({plot_path.name})", "",
               f"Raw rows: [{json_path.name}]({json_path.name}).", ""]
+    if handler_cpu:
+        parts += [handler_cpu]
     if mirror_rows:
         write_json(mirror_rows, mirror_json_path)
         parts += reconciliation_section(mirror_rows, mirror_json_path.name)

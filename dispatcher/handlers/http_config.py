@@ -11,7 +11,8 @@ Every field is a `WAITLINE_HTTP_<FIELD>` variable (or a keyword argument from Py
 - `SUCCESS_STATUSES` (2xx) and `RETRY_STATUSES` (408,429,5xx): status codes or classes, comma-
   separated; every other status is a permanent failure;
 - `CONNECT_TIMEOUT` (5 s) bounds opening a connection only: the one deadline of a call is the
-  pod's `--deadline`, enforced around the handler; `MAX_CONNECTIONS` (100, the window N);
+  pod's `--deadline`, enforced around the handler; `MAX_CONNECTIONS` (0: no cap of its own,
+  the pod's window N bounds the calls in flight; set it to open fewer connections than N);
   `MAX_RESPONSE_BYTES` (1 MiB, the largest answer kept as a result); `IDEMPOTENCY_HEADER`.
 """
 
@@ -76,7 +77,7 @@ class HttpHandlerConfig(BaseSettings):
     success_statuses: Annotated[StatusSet, NoDecode] = parse_statuses("2xx")
     retry_statuses: Annotated[StatusSet, NoDecode] = parse_statuses("408,429,5xx")
     connect_timeout: float = Field(5.0, gt=0)
-    max_connections: int = Field(100, ge=1)
+    max_connections: int = Field(0, ge=0)  # 0: as many as the window keeps in flight
     max_response_bytes: int = Field(1024 * 1024, ge=0)
     idempotency_header: str = "Idempotency-Key"
 
