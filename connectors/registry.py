@@ -242,11 +242,17 @@ def _seconds_since(at: ColumnElement[datetime]) -> ColumnElement[float]:
 def _describe(exc: DBAPIError, dsn: str) -> str:
     target = describe_dsn(dsn)
     if isinstance(exc.orig, psycopg.errors.UndefinedTable):
-        return f"the wait registry schema is missing in {target}: run `waitline registry migrate`"
+        return schema_missing(dsn)
     cause = first_line(exc.orig or exc)
     if isinstance(exc.orig, psycopg.OperationalError):
         return f"cannot reach PostgreSQL at {target}: {cause}"
     return f"registry query failed on {target}: {cause}"
+
+
+def schema_missing(dsn: str) -> str:
+    """The error for a database without the Waitline tables, and what to do about it."""
+    return (f"the wait registry schema is missing in {describe_dsn(dsn)}: "
+            "run `waitline registry migrate`")
 
 
 def first_line(exc: BaseException) -> str:

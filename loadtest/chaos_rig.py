@@ -25,7 +25,7 @@ from aiokafka.errors import KafkaError
 
 from dispatcher.devstack.processes import free_port
 from loadtest.chaos_account import Allowed, FaultAccount, FaultObservation, account_faults
-from loadtest.compare import HarnessError, get_json, spawn, stop, wait_http
+from loadtest.compare import HarnessError, mock_calls_seen, spawn, stop, wait_http
 from loadtest.crash_account import AtTheKill
 from loadtest.crash_observe import (
     committed_offsets,
@@ -157,8 +157,7 @@ class Rig:
 
     async def calls_seen(self) -> int:
         """Calls the current counterparty process has seen (arrivals)."""
-        stats = await get_json(self._session, f"{self.mock_url}stats")
-        return int(str(stats["requests"]))
+        return await mock_calls_seen(self._session, self.mock_url)
 
     async def wait_for_calls(self, at_least: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -119,6 +119,11 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object
         return data
 
 
+async def mock_calls_seen(session: aiohttp.ClientSession, mock_url: str) -> int:
+    """Calls the mock counterparty at `mock_url` has seen (arrivals), from its /stats."""
+    return int(str((await get_json(session, f"{mock_url}stats"))["requests"]))
+
+
 async def wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
                      log_path: Path, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s

@@ -22,7 +22,14 @@ import aiohttp
 import psutil
 
 from dispatcher.devstack.processes import free_port
-from loadtest.compare import HarnessError, create_topic, get_json, spawn, stop, wait_http
+from loadtest.compare import (
+    HarnessError,
+    create_topic,
+    mock_calls_seen,
+    spawn,
+    stop,
+    wait_http,
+)
 from loadtest.generator import produce
 
 VARIANTS = ("built-in client", "HTTP handler")
@@ -38,10 +45,6 @@ class CpuSample:
     records_per_s: float
 
 
-async def _calls(session: aiohttp.ClientSession, mock_url: str) -> int:
-    return int(str((await get_json(session, f"{mock_url}stats"))["requests"]))
-
-
 @dataclass(frozen=True)
 class _Bench:
     bootstrap: str
@@ -49,10 +52,12 @@ class _Bench:
     session: aiohttp.ClientSession
     mock_url: str
 
+    async def calls_seen(self) -> int:
+        return await mock_calls_seen(self.session, self.mock_url)
+
 
 async def _measure_one(bench: _Bench, variant: str, window: int, records: int) -> CpuSample:
-    bootstrap, work_dir, session, mock_url = (bench.bootstrap, bench.work_dir, bench.session,
-                                              bench.mock_url)
+    bootstrap, work_dir, mock_url = bench.bootstrap, bench.work_dir, bench.mock_url
     tag = f"cpu-{variant.split(maxsplit=1)[0]}-{window}-{time.time_ns() % 10**9}"
     await create_topic(bootstrap, tag)
     await produce(bootstrap, tag, records, progress=False)
@@ -65,11 +70,11 @@ async def _measure_one(bench: _Bench, variant: str, window: int, records: int) -
                     work_dir / f"{tag}.log", env={"WAITLINE_HTTP_URL": mock_url})
     try:
         process = psutil.Process(pod.pid)
-        start_calls = await _calls(session, mock_url)
+        start_calls = await bench.calls_seen()
         samples = []
         for share in (0.2, 0.8):
             deadline = time.monotonic() + 600
-            while (done := await _calls(session, mock_url) - start_calls) < share * records:
+            while (done := await bench.calls_seen() - start_calls) < share * records:
                 if pod.poll() is not None or time.monotonic() > deadline:
                     raise HarnessError(f"{tag}: pod stopped or stalled at {done} calls; see "
                                        f"{work_dir / f'{tag}.log'}")

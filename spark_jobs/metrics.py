@@ -9,13 +9,14 @@ several jobs in one process.
 
 from __future__ import annotations
 
-import threading
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from connectors.registry import TopicStats
 from connectors.sink import MirrorResult
+
+_CHANGES = ("upserted", "deleted", "rejected", "non_derived")  # MirrorResult's fields
 
 
 class ReconcileMetrics:
@@ -57,17 +58,16 @@ class ReconcileMetrics:
         # Every series exists from the start at 0, so rate() and increase() see its first rise.
         for counter in (self.events, self.registry_unavailable):
             counter.labels(wait_topic)
-        for change in ("upserted", "deleted", "rejected", "non_derived"):
+        for change in _CHANGES:
             self.changes.labels(wait_topic, change)
         for outcome in ("sent", "parked"):
             self.expired.labels(wait_topic, outcome)
         self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
 
     def batch_applied(self, events_in: int, result: MirrorResult, lag_s: float | None) -> None:
         topic = self._wait_topic
         self.events.labels(topic).inc(events_in)
-        for change in ("upserted", "deleted", "rejected", "non_derived"):
+        for change in _CHANGES:
             self.changes.labels(topic, change).inc(getattr(result, change))
         if lag_s is not None:
             self.mirror_lag.labels(topic).set(max(lag_s, 0.0))
@@ -90,12 +90,9 @@ class ReconcileMetrics:
                 self.waits.labels(topic, state).set(count)
         self.cycle_end.labels(topic).set_to_current_time()
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
-
     def serve(self, host: str, port: int) -> None:
         """Serve `/metrics` from a daemon thread until `close`."""
-        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        self._server, _thread = start_http_server(port, host, registry=self.registry)
 
     @property
     def port(self) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from connectors.registry import describe_dsn, first_line
+from connectors.registry import describe_dsn, first_line, schema_missing
 from dispatcher.errors import RegistryError
 
 
@@ -33,9 +33,7 @@ class RegistryConnection:
         try:
             self.get().execute("SELECT 1 FROM wait, wait_reject LIMIT 0")
         except psycopg.errors.UndefinedTable as exc:
-            raise RegistryError(f"the wait registry schema is missing in "
-                                f"{describe_dsn(self._dsn)}: run `waitline registry migrate`"
-                                ) from exc
+            raise RegistryError(schema_missing(self._dsn)) from exc
 
     def failure(self, what: str, exc: psycopg.Error) -> RegistryError:
         """The one-line error for a database error that retrying cannot fix."""
