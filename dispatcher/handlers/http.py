@@ -73,6 +73,9 @@ class AiohttpHandler:
 async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """The body, or its first `limit` bytes: a huge answer cannot exhaust memory (one longer
     than `max_response_bytes` is refused as a result; its start still names an error)."""
+    length = response.content_length
+    if length is not None and length < limit:
+        return await response.content.read()  # the common case, without an exception per call
     try:
         return await response.content.readexactly(limit)
     except asyncio.IncompleteReadError as shorter:
