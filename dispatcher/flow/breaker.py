@@ -1,15 +1,20 @@
 """Circuit breaker: stop calling a counterparty that is down, probe it, resume when it answers.
 
     CLOSED ──failure rate ≥ threshold over the window (≥ min_calls calls)──▶ OPEN
-    OPEN ──open_s elapsed (noticed by the next admit or poll)──▶ HALF_OPEN
+    OPEN ──open_s elapsed (noticed by the next `admits` or `poll`)──▶ HALF_OPEN
     HALF_OPEN ──`probes` probe calls succeeded──▶ CLOSED
     HALF_OPEN ──a probe call failed──▶ OPEN
 
-Only evidence gathered in the current state counts: a result is ignored unless its call started
-at or after the state was entered, so calls still in flight when the circuit opened (they run to
-their deadline) neither reopen a half-open circuit nor count towards closing it. The engine
-decides which outcomes are failures; a permanent 4xx answer means the counterparty is up, so it
-should be fed as SUCCESS.
+A "call" here is one attempt: the engine feeds every attempt's result, retries included, so a
+counterparty that refuses connections opens the circuit within its first retries, not after the
+first 60 s deadlines. Only evidence gathered in the current state counts: a result is ignored
+unless its attempt started at or after the state was entered.
+
+New records: a closed circuit admits them, an open one none. A half-open one admits one at a
+time, and only while no call is in flight: calls still in flight keep retrying to their
+deadline, and their next attempts are the probes, so a long outage sends no more records to the
+DLQ than were in flight when it began. The engine decides which results are failures; a
+permanent 4xx answer means the counterparty is up, so it is fed as SUCCESS.
 """
 
 from __future__ import annotations
@@ -19,8 +24,13 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError
+
+BREAKER_FORMS = ("on (the defaults), off, or some of failure-rate=50%,window=10s,min-calls=20,"
+                 "open=5s,probes=3")
 
 
 class CircuitState(enum.StrEnum):
@@ -54,6 +64,10 @@ class BreakerConfig:
     open_s: float = 5.0
     probes: int = 3
 
+    def describe(self) -> str:
+        return (f"failure-rate={self.failure_rate:.0%},window={self.window_s:g}s,"
+                f"min-calls={self.min_calls},open={self.open_s:g}s,probes={self.probes}")
+
     def __post_init__(self) -> None:
         if not 0 < self.failure_rate <= 1:
             raise ConfigError(f"breaker failure rate must be in (0, 1], not {self.failure_rate}")
@@ -64,6 +78,36 @@ class BreakerConfig:
         for name in ("min_calls", "probes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"breaker {name} must be at least 1, not {getattr(self, name)}")
+
+
+def parse_breaker(text: str) -> BreakerConfig | None:
+    """`--circuit-breaker`: None for `off`; ConfigError naming the accepted forms otherwise."""
+    spec = text.strip().lower()
+    if spec == "off":
+        return None
+    if spec in ("on", ""):
+        return BreakerConfig()
+    fields: dict[str, Any] = {}
+    for item in spec.split(","):
+        name, _, value = (part.strip() for part in item.partition("="))
+        try:
+            fields[_FIELD_OF[name]] = _PARSE_OF[name](value)
+        except (KeyError, ValueError, ConfigError) as exc:
+            reason = f"unknown setting {name!r}" if isinstance(exc, KeyError) else str(exc)
+            raise ConfigError(f"invalid circuit breaker {text!r} at {item.strip()!r} "
+                              f"({reason}); use {BREAKER_FORMS}") from exc
+    return BreakerConfig(**fields)
+
+
+def _rate(value: str) -> float:
+    return float(value[:-1]) / 100 if value.endswith("%") else float(value)
+
+
+_FIELD_OF = {"failure-rate": "failure_rate", "window": "window_s", "min-calls": "min_calls",
+             "open": "open_s", "probes": "probes"}
+_PARSE_OF: dict[str, Callable[[str], float]] = {
+    "failure-rate": _rate, "window": parse_duration_s, "min-calls": int, "open": parse_duration_s,
+    "probes": int}
 
 
 @dataclass(frozen=True)
@@ -87,12 +131,11 @@ class CircuitBreaker:
         self._since = now  # when the current state was entered
         self._window: deque[tuple[float, bool]] = deque()  # (finished at, failed), closed only
         self._window_failures = 0
-        self._probes_admitted = 0
         self._probes_succeeded = 0
 
     @property
     def state(self) -> CircuitState:
-        """The state as of the last call (an open circuit turns half-open on `poll`/`admit`)."""
+        """The state as of the last call (an open circuit turns half-open on `poll`/`admits`)."""
         return self._state
 
     def poll(self, now: float) -> CircuitState:
@@ -101,15 +144,14 @@ class CircuitBreaker:
             self._enter(CircuitState.HALF_OPEN, now, f"open for {self.config.open_s:g}s")
         return self._state
 
-    def admit(self, now: float) -> bool:
-        """Whether a new call may start now; in half-open each True uses up one probe."""
+    def admits(self, now: float, free: int, calls_in_flight: int) -> int:
+        """How many of `free` window slots new records may take now: all when closed, none
+        when open; half-open, one probe record when no call is in flight (else their retries
+        are the probes)."""
         state = self.poll(now)
         if state is CircuitState.CLOSED:
-            return True
-        if state is CircuitState.HALF_OPEN and self._probes_admitted < self.config.probes:
-            self._probes_admitted += 1
-            return True
-        return False
+            return free
+        return min(free, 1) if state is CircuitState.HALF_OPEN and calls_in_flight == 0 else 0
 
     def record(self, result: CallResult, started_at: float, now: float) -> None:
         """A call that started at `started_at` ended with `result` at `now`."""
@@ -126,7 +168,7 @@ class CircuitBreaker:
             if self._probes_succeeded >= self.config.probes:
                 self._enter(CircuitState.CLOSED, now,
                             f"{self._probes_succeeded} probe calls succeeded")
-        # OPEN: admits nothing, so nothing can have started since it opened.
+        # OPEN: results are ignored; after open_s the next attempts probe.
 
     def failure_rate(self, now: float) -> float:
         """The failure share in the closed window at `now` (0 with no calls), for metrics."""
@@ -155,7 +197,6 @@ class CircuitBreaker:
         self._since = now
         self._window.clear()
         self._window_failures = 0
-        self._probes_admitted = 0
         self._probes_succeeded = 0
         if self._on_transition is not None:
             self._on_transition(transition)

@@ -24,9 +24,10 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from dispatcher.flow.breaker import CallResult
 from dispatcher.handlers.loader import Handler
 from dispatcher.handlers.record import HandlerResult, Record, Retryable
-from dispatcher.pod.counterparty import CallRequest
+from dispatcher.pod.counterparty import AttemptObserver, CallRequest, ignore_attempt
 from dispatcher.pod.outcome import (
     Attempt,
     CallOutcome,
@@ -114,11 +115,13 @@ class HandlerCounterparty:
         *,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        observer: AttemptObserver = ignore_attempt,
     ) -> None:
         self._handler = handler
         self._policy = policy
         self._sleep = sleep
         self._clock = clock
+        self._observe = observer
 
     async def call(self, request: CallRequest) -> CallOutcome:
         """Run the handler for `request.source` until it returns, fails, or the deadline."""
@@ -133,7 +136,7 @@ class HandlerCounterparty:
         attempts = 0
         last_retryable: Attempt | None = None
         running = False
-        started = self._clock()
+        started = attempt_started = self._clock()
         deadline = asyncio.timeout(self._policy.deadline_s)
         try:
             async with deadline:
@@ -143,9 +146,11 @@ class HandlerCounterparty:
                     try:
                         returned: HandlerResult = await self._handler.handle(record)
                         running = False
+                        self._observe(CallResult.SUCCESS, attempt_started)
                         result = result_bytes(returned)
                     except Retryable as exc:
                         running = False
+                        self._observe(CallResult.FAST_FAILURE, attempt_started)
                         last_retryable = _retryable_attempt(exc)
                         await self._sleep(
                             next_pause_s(
@@ -155,6 +160,7 @@ class HandlerCounterparty:
                                 elapsed_s=self._clock() - started,
                             )
                         )
+                        attempt_started = self._clock()
                         continue
                     return CallOutcome(
                         ok=True, status=None, attempts=attempts,
@@ -162,6 +168,8 @@ class HandlerCounterparty:
                     )
         except TimeoutError as exc:
             if deadline.expired():
+                if running:
+                    self._observe(CallResult.TIMEOUT, attempt_started)
                 return deadline_outcome(
                     last_retryable,
                     attempts=attempts,
@@ -169,8 +177,12 @@ class HandlerCounterparty:
                     deadline_s=self._policy.deadline_s,
                     waiting_for_answer=running,
                 )
+            if running:  # the handler's own timeout
+                self._observe(CallResult.TIMEOUT, attempt_started)
             return self._failed(exc, attempts, started)
         except Exception as exc:  # noqa: BLE001 - whatever the handler raises goes to the DLQ
+            if running:
+                self._observe(_health_of_error(exc), attempt_started)
             return self._failed(exc, attempts, started)
 
     def _failed(self, exc: Exception, attempts: int, started: float) -> CallOutcome:
@@ -183,6 +195,12 @@ class HandlerCounterparty:
             ok=False, status=None, attempts=attempts, elapsed_s=self._clock() - started,
             failure=failure, result=None,
         )
+
+
+def _health_of_error(exc: Exception) -> CallResult:
+    """An OSError (a refused or reset connection) says the counterparty is unreachable; any
+    other exception is a verdict on the record, given by a counterparty that is up."""
+    return CallResult.REFUSED if isinstance(exc, OSError) else CallResult.SUCCESS
 
 
 def _retryable_attempt(exc: Retryable) -> Attempt:

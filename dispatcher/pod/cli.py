@@ -78,6 +78,10 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     rate_limit: Annotated[str | None, _opt("Calls per second at most, per pod: 500/s, 30/min, "
                                            "500/s:burst=50 (default: none).", "RATE_LIMIT",
                                            _WINDOW)] = None,
+    circuit_breaker: Annotated[str, _opt("Stop fetching while most calls fail: on, off, or "
+                                         "some of failure-rate=50%,window=10s,min-calls=20,"
+                                         "open=5s,probes=3.", "CIRCUIT_BREAKER",
+                                         _WINDOW)] = "on",
     stall_warning: Annotated[str, _opt("Log a partition whose commit has not moved for this "
                                        "long, naming its oldest pending record.",
                                        "STALL_WARNING", _OBS)] = "60s",

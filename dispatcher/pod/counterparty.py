@@ -29,6 +29,7 @@ import aiohttp
 from yarl import URL
 
 from dispatcher.errors import ConfigError
+from dispatcher.flow.breaker import CallResult
 from dispatcher.pod.outcome import (
     Attempt,
     CallOutcome,
@@ -38,10 +39,12 @@ from dispatcher.pod.outcome import (
     attempt_from_response,
     deadline_outcome,
     final_outcome,
+    health_of,
 )
 from dispatcher.wire import SourceRecord
 
 __all__ = [
+    "AttemptObserver",
     "CallOutcome",
     "CallRequest",
     "Counterparty",
@@ -69,6 +72,15 @@ class CallRequest:
     source: SourceRecord | None = None
     wait_id: str | None = None
     """None: the same as `idempotency_key`."""
+
+
+AttemptObserver = Callable[[CallResult, float], None]
+"""Told when each attempt ends, retries included: what it showed about the counterparty's health,
+and when it started (`time.monotonic()`). The circuit breaker listens here."""
+
+
+def ignore_attempt(result: CallResult, started_at: float) -> None:
+    """The `AttemptObserver` of a pod without a circuit breaker."""
 
 
 class Counterparty(Protocol):
@@ -178,8 +190,10 @@ class HttpCounterparty:
     exponential backoff until it gets a final answer or its deadline passes.
     """
 
-    def __init__(self, settings: CounterpartySettings) -> None:
+    def __init__(self, settings: CounterpartySettings,
+                 observer: AttemptObserver = ignore_attempt) -> None:
         self.settings = settings
+        self._observe = observer
         self._session: aiohttp.ClientSession | None = None
         self._base_headers = {
             "User-Agent": USER_AGENT,
@@ -220,7 +234,7 @@ class HttpCounterparty:
         attempts = 0
         last_answered: Attempt | None = None
         waiting_for_answer = False
-        started = time.monotonic()
+        started = attempt_started = time.monotonic()
         deadline = asyncio.timeout(self.settings.deadline_s)
         try:
             async with deadline:
@@ -229,6 +243,7 @@ class HttpCounterparty:
                     waiting_for_answer = True
                     last_answered = await self._post(session, request)
                     waiting_for_answer = False
+                    self._observe(health_of(last_answered), attempt_started)
                     if last_answered.verdict is not Verdict.RETRIABLE:
                         return final_outcome(
                             last_answered,
@@ -242,9 +257,12 @@ class HttpCounterparty:
                             elapsed_s=time.monotonic() - started,
                         )
                     )
+                    attempt_started = time.monotonic()
         except TimeoutError:
             if not deadline.expired():
                 raise
+            if waiting_for_answer:
+                self._observe(CallResult.TIMEOUT, attempt_started)
             return deadline_outcome(
                 last_answered,
                 attempts=attempts,

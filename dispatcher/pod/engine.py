@@ -40,6 +40,7 @@ from aiokafka.structs import ConsumerRecord
 
 from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
 from dispatcher.flow.ordering import OrderingMode
+from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty
 from dispatcher.pod.kafka_io import AckedWriter
@@ -49,6 +50,7 @@ from dispatcher.pod.outcome import CallOutcome
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
     Rebalances,
+    calls_finished,
     cancel_left_over,
     fetch_fairly,
     first_set,
@@ -85,8 +87,10 @@ class AtLeastOnceEngine:
 
     def __init__(self, *, consumer: AIOKafkaConsumer, writer: AckedWriter,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
-                 metrics: DispatcherMetrics, clock: Callable[[], float] = time.time) -> None:
+                 metrics: DispatcherMetrics, clock: Callable[[], float] = time.time,
+                 circuit: Circuit | None = None) -> None:
         self._consumer = consumer
+        self._circuit = circuit
         self._writer = writer
         self._outcomes = OutcomeWriter(writer, topics, metrics)
         self._counterparty = counterparty
@@ -193,6 +197,8 @@ class AtLeastOnceEngine:
 
     async def _poll_once(self) -> None:
         free = self._window.concurrency - len(self._tasks)
+        if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
+            free = self._circuit.admits(free, len(self._tasks))
         if free <= 0:
             self._slot_freed.clear()
             try:
@@ -353,24 +359,13 @@ class AtLeastOnceEngine:
                             wait_s)
         await self._committer.commit(keys)
         if self._turns is not None:  # the next owner must not call a key while we still do
-            await self._calls_finished(keys)
+            await calls_finished(self._tasks, keys, self._window.revoke_wait_s)
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
             self._generation[key] += 1  # what is still running for it is now stale
             self._lag.forget(key)
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
-
-    async def _calls_finished(self, keys: list[TopicPartitionKey]) -> None:
-        prefixes = tuple(f"{topic}/{partition}@" for topic, partition in keys)
-        calling = [t for t in self._tasks if t.get_name().startswith(prefixes)]
-        if calling:
-            _done, left = await asyncio.wait(calling, timeout=self._window.revoke_wait_s)
-            if left:
-                log.warning("revoke: %d calls of revoked partitions still running after %.0f s;"
-                            " their keys may overlap with the next owner's calls (keep "
-                            "--rebalance-timeout above twice --deadline)", len(left),
-                            self._window.revoke_wait_s)
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:

@@ -61,6 +61,12 @@ class DispatcherMetrics:
         self.produce_errors = Counter("waitline_produce_errors",
                                       "Records that could not be written (non-retriable).",
                                       ["topic_role"], registry=r)
+        self.circuit_state = Gauge("waitline_circuit_state",
+                                   "1 for the circuit breaker's current state (closed, open, "
+                                   "half_open), 0 for the others.", ["state"], registry=r)
+        self.circuit_transitions = Counter("waitline_circuit_transitions",
+                                           "Circuit breaker state changes, by the state entered.",
+                                           ["state"], registry=r)
         # Stuck-record visibility, per assigned partition (a silent stall is what users of
         # other parallel consumers meet most): the oldest record holding back the commit.
         partition = ["topic", "partition"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from dispatcher.flow.breaker import CallResult
 from dispatcher.wire import Failure
 
 RETRIABLE_CLIENT_STATUSES = frozenset({408, 429})
@@ -61,6 +62,17 @@ class Attempt:
     error_class: str = ""
     stacktrace: str | None = None
     retry_after_s: float | None = None
+
+
+def health_of(attempt: Attempt) -> CallResult:
+    """What one HTTP attempt says about the counterparty (fed to the circuit breaker): no
+    answer is REFUSED, 5xx a SERVER_ERROR, 408/429 a FAST_FAILURE; any other answer, a
+    permanent 4xx included, shows it up."""
+    if attempt.status is None:
+        return CallResult.SUCCESS if attempt.verdict is Verdict.SUCCESS else CallResult.REFUSED
+    if 500 <= attempt.status <= 599:
+        return CallResult.SERVER_ERROR
+    return CallResult.FAST_FAILURE if attempt.verdict is Verdict.RETRIABLE else CallResult.SUCCESS
 
 
 def attempt_from_response(

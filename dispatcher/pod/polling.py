@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CorruptRecordException
 from aiokafka.structs import ConsumerRecord
 
+from dispatcher.pod.watermark import TopicPartitionKey
 from dispatcher.wire import Failure, SourceRecord
 
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
@@ -163,3 +164,17 @@ class Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self._handler.on_assigned(list(assigned))
+
+
+async def calls_finished(tasks: set[asyncio.Task[None]], keys: list[TopicPartitionKey],
+                         wait_s: float) -> None:
+    """Wait (at most `wait_s`) for the record tasks of revoked partitions `keys` to end; their
+    tasks are named by their records' coordinates."""
+    prefixes = tuple(f"{topic}/{partition}@" for topic, partition in keys)
+    calling = [t for t in tasks if t.get_name().startswith(prefixes)]
+    if calling:
+        _done, left = await asyncio.wait(calling, timeout=wait_s)
+        if left:
+            log.warning("revoke: %d calls of revoked partitions still running after %.0f s; "
+                        "their keys may overlap with the next owner's calls (keep "
+                        "--rebalance-timeout above twice --deadline)", len(left), wait_s)

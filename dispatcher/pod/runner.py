@@ -17,7 +17,14 @@ from dispatcher.flow.rate import RateLimit
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.pod.batch import BatchEngine
-from dispatcher.pod.counterparty import Counterparty, CounterpartySettings, HttpCounterparty
+from dispatcher.pod.circuit import Circuit
+from dispatcher.pod.counterparty import (
+    AttemptObserver,
+    Counterparty,
+    CounterpartySettings,
+    HttpCounterparty,
+    ignore_attempt,
+)
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
@@ -49,6 +56,8 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
     result = f", result → {topics.result_topic}" if topics.result_topic else ""
     wait = f", wait → {topics.wait_topic}" if window.mode is Mode.AT_LEAST_ONCE else ""
     limit = f" rate-limit={settings.rate()}" if settings.rate_limit else ""
+    breaker = settings.breaker()
+    limit += f" circuit-breaker={breaker.describe() if breaker else 'off'}"
     return (f"mode={window.mode} concurrency={window.concurrency} deadline={settings.deadline:g}s"
             f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
@@ -89,8 +98,11 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     try:
         await producer.start()
         await consumer.start()
+        breaker = settings.breaker()
+        circuit = None if breaker is None else Circuit(breaker, metrics)
+        observer = ignore_attempt if circuit is None else circuit.attempt_ended
         async with _open_counterparty(handler, counterparty_settings, settings.deadline,
-                                      settings.rate()) as counterparty:
+                                      settings.rate(), observer) as counterparty:
             writer = AckedWriter(producer, topic_limits=limits)
             engine: Engine
             if window.mode is Mode.BATCH:
@@ -99,7 +111,7 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
             else:
                 engine = AtLeastOnceEngine(consumer=consumer, writer=writer,
                                            counterparty=counterparty, topics=topics,
-                                           window=window, metrics=metrics)
+                                           window=window, metrics=metrics, circuit=circuit)
             obs = settings.observability()
             if obs.metrics_port is not None:
                 details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
@@ -122,14 +134,15 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
 async def _open_counterparty(handler: LoadedHandler | None,
                              http: CounterpartySettings | None,
                              deadline_s: float,
-                             rate_limit: RateLimit | None) -> AsyncIterator[Counterparty]:
+                             rate_limit: RateLimit | None,
+                             observer: AttemptObserver) -> AsyncIterator[Counterparty]:
     """The user's handler (opened once, closed on stop) or the built-in HTTP client."""
     if handler is not None:
         async with handler.open() as opened:
-            yield _limited(HandlerCounterparty(opened, handler_retry_policy(deadline_s)),
-                           rate_limit)
+            yield _limited(HandlerCounterparty(opened, handler_retry_policy(deadline_s),
+                                               observer=observer), rate_limit)
     elif http is not None:
-        async with HttpCounterparty(http) as client:
+        async with HttpCounterparty(http, observer) as client:
             yield _limited(client, rate_limit)
 
 

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
+from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.pod.counterparty import CounterpartySettings
@@ -180,6 +181,7 @@ class DispatchSettings(KafkaClientSettings):
     rebalance_timeout: float = 60.0
     stall_warning: float = 60.0
     rate_limit: str | None = None
+    circuit_breaker: str = "on"
     ordering: OrderingMode = OrderingMode.UNORDERED
     wait_topic: str | None = None
     dlq_topic: str | None = None
@@ -236,6 +238,19 @@ class DispatchSettings(KafkaClientSettings):
             except ConfigError as exc:
                 raise ValueError(str(exc)) from exc
         return value
+
+    @field_validator("circuit_breaker")
+    @classmethod
+    def _valid_breaker(cls, value: str) -> str:
+        try:
+            parse_breaker(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    def breaker(self) -> BreakerConfig | None:
+        """The parsed `--circuit-breaker` (at-least-once mode only), None when it is off."""
+        return None if self.mode is Mode.BATCH else parse_breaker(self.circuit_breaker)
 
     def rate(self) -> RateLimit | None:
         """The parsed `--rate-limit`, None when there is none."""

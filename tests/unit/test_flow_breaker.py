@@ -15,6 +15,7 @@ from dispatcher.flow.breaker import (
     CircuitBreaker,
     CircuitState,
     Transition,
+    parse_breaker,
 )
 
 pytestmark = pytest.mark.unit
@@ -36,7 +37,7 @@ def make(config: BreakerConfig = CONFIG) -> tuple[CircuitBreaker, list[Transitio
 def test_stays_closed_below_min_calls_even_if_all_fail() -> None:
     breaker, transitions = make()
     for second in range(3):
-        assert breaker.admit(second)
+        assert breaker.admits(second, free=10, calls_in_flight=second) == 10
         breaker.record(CallResult.REFUSED, started_at=second, now=second)
     assert breaker.state is CircuitState.CLOSED
     assert transitions == []
@@ -49,15 +50,15 @@ def test_opens_at_the_failure_rate_then_half_opens_then_closes() -> None:
                    CallResult.SERVER_ERROR):
         breaker.record(result, started_at=1.0, now=2.0)
     assert breaker.state is CircuitState.OPEN
-    assert not breaker.admit(6.9)
-    assert breaker.admit(7.0)  # open_s after opening at 2.0: the first probe
+    assert breaker.admits(6.9, free=10, calls_in_flight=0) == 0
+    assert breaker.admits(7.0, free=10, calls_in_flight=0) == 1  # open_s after 2.0: a probe
     assert breaker.state is CircuitState.HALF_OPEN
-    assert breaker.admit(7.1)
-    assert not breaker.admit(7.2)  # only two probes
+    assert breaker.admits(7.1, free=10, calls_in_flight=1) == 0  # the probe is in flight
     breaker.record(CallResult.SUCCESS, started_at=7.0, now=7.5)
     assert breaker.state is CircuitState.HALF_OPEN
     breaker.record(CallResult.SUCCESS, started_at=7.1, now=7.6)
     assert breaker.state is CircuitState.CLOSED
+    assert breaker.admits(7.7, free=10, calls_in_flight=5) == 10
     assert [(t.old, t.new, t.at) for t in transitions] == [
         (CircuitState.CLOSED, CircuitState.OPEN, 2.0),
         (CircuitState.OPEN, CircuitState.HALF_OPEN, 7.0),
@@ -66,16 +67,28 @@ def test_opens_at_the_failure_rate_then_half_opens_then_closes() -> None:
     assert "2 of the last 4 calls failed" in transitions[0].reason
 
 
+def test_retries_of_calls_in_flight_are_the_probes() -> None:
+    """Half-open with calls in flight: no new record; their next attempts decide."""
+    breaker, _ = make()
+    for _ in range(4):
+        breaker.record(CallResult.REFUSED, started_at=0.0, now=1.0)
+    assert breaker.admits(6.0, free=10, calls_in_flight=3) == 0
+    assert breaker.state is CircuitState.HALF_OPEN
+    breaker.record(CallResult.SUCCESS, started_at=6.2, now=6.3)  # a retry started after 6.0
+    breaker.record(CallResult.SUCCESS, started_at=6.4, now=6.5)
+    assert breaker.state is CircuitState.CLOSED
+
+
 def test_a_failed_probe_reopens() -> None:
     breaker, transitions = make()
     for _ in range(4):
         breaker.record(CallResult.FAST_FAILURE, started_at=0.0, now=1.0)
     assert breaker.poll(6.0) is CircuitState.HALF_OPEN
-    assert breaker.admit(6.0)
+    assert breaker.admits(6.0, free=1, calls_in_flight=0) == 1
     breaker.record(CallResult.REFUSED, started_at=6.0, now=6.1)
     assert breaker.state is CircuitState.OPEN
-    assert not breaker.admit(11.0)
-    assert breaker.admit(11.1)
+    assert breaker.admits(11.0, free=1, calls_in_flight=0) == 0
+    assert breaker.admits(11.1, free=1, calls_in_flight=0) == 1
     assert "probe call failed: refused" in transitions[-2].reason
 
 
@@ -83,13 +96,31 @@ def test_calls_started_before_the_state_are_ignored() -> None:
     breaker, _ = make()
     for _ in range(4):
         breaker.record(CallResult.TIMEOUT, started_at=0.0, now=1.0)
-    assert breaker.admit(6.0)
+    assert breaker.admits(6.0, free=1, calls_in_flight=0) == 1
     # A call in flight since before the opening fails late: the probe is still pending.
     breaker.record(CallResult.TIMEOUT, started_at=0.5, now=6.5)
     assert breaker.state is CircuitState.HALF_OPEN
     breaker.record(CallResult.SUCCESS, started_at=0.5, now=6.6)  # nor does it count as a probe
     breaker.record(CallResult.SUCCESS, started_at=6.0, now=6.7)
     assert breaker.state is CircuitState.HALF_OPEN
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("off", None),
+    ("on", BreakerConfig()),
+    ("failure-rate=80%,open=30s", BreakerConfig(failure_rate=0.8, open_s=30)),
+    ("window=1m, min-calls=5, probes=1, failure-rate=0.25",
+     BreakerConfig(window_s=60, min_calls=5, probes=1, failure_rate=0.25)),
+])
+def test_parse_breaker(text: str, expected: BreakerConfig | None) -> None:
+    assert parse_breaker(text) == expected
+
+
+@pytest.mark.parametrize("text", ["sometimes", "open=soon", "probes=0", "failure-rate=150%",
+                                  "colour=red", "min-calls=1.5"])
+def test_parse_breaker_refuses_nonsense_naming_the_forms(text: str) -> None:
+    with pytest.raises(ConfigError, match="breaker"):
+        parse_breaker(text)
 
 
 def test_old_results_leave_the_window() -> None:
@@ -118,7 +149,6 @@ class Observed:
     """What the property test saw, checked against the breaker's rules."""
 
     opened_at: float | None = None
-    half_open_admits: int = 0
     probe_successes: int = 0
     probe_starts: list[float] = field(default_factory=list)
     closed_since: float = 0.0
@@ -158,7 +188,7 @@ def test_state_machine_properties(
         before = len(transitions)
         admitted = False
         if action == "admit":
-            admitted = breaker.admit(now)
+            admitted = breaker.admits(now, free=1, calls_in_flight=len(in_flight)) == 1
         elif in_flight:
             started_at = in_flight.pop(pick % len(in_flight))
             is_probe = started_at in seen.probe_starts and breaker.state is CircuitState.HALF_OPEN
@@ -177,9 +207,8 @@ def test_state_machine_properties(
                 assert now >= seen.opened_at + config.open_s, "open circuit admitted a call"
             in_flight.append(now)
             if breaker.state is CircuitState.HALF_OPEN:
-                seen.half_open_admits += 1
+                assert len(in_flight) == 1, "half-open admits a probe only when none is in flight"
                 seen.probe_starts.append(now)
-                assert seen.half_open_admits <= config.probes
 
 
 def check_transition(transition: Transition, config: BreakerConfig, seen: Observed) -> None:
@@ -191,7 +220,7 @@ def check_transition(transition: Transition, config: BreakerConfig, seen: Observ
         assert seen.opened_at is not None
         assert transition.at >= seen.opened_at + config.open_s
         seen.opened_at = None
-        seen.half_open_admits = seen.probe_successes = 0
+        seen.probe_successes = 0
         seen.probe_starts = []
     else:
         assert seen.probe_successes >= config.probes

@@ -1,0 +1,63 @@
+"""The circuit breaker as the pod runs it: fed by every call attempt, asked before each fetch.
+
+The state machine is `dispatcher.flow.breaker` (pure); this shell gives it the clock, logs each
+transition and shows the state in metrics. While the circuit is open the engine fetches no new
+records (the consumer keeps polling, so the pod stays in its group) and the records in flight
+keep retrying to their deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from dispatcher.flow.breaker import (
+    BreakerConfig,
+    CallResult,
+    CircuitBreaker,
+    CircuitState,
+    Transition,
+)
+from dispatcher.pod.metrics import DispatcherMetrics
+
+log = logging.getLogger(__name__)
+
+
+class Circuit:
+    """One pod's circuit breaker in front of its counterparty."""
+
+    def __init__(self, config: BreakerConfig, metrics: DispatcherMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._metrics = metrics
+        self._breaker = CircuitBreaker(config, clock(), self._transitioned)
+        self._show(CircuitState.CLOSED)
+
+    @property
+    def state(self) -> CircuitState:
+        return self._breaker.poll(self._clock())
+
+    def attempt_ended(self, result: CallResult, started_at: float) -> None:
+        """The `AttemptObserver` the counterparty reports every attempt to."""
+        self._breaker.record(result, started_at, self._clock())
+
+    def admits(self, free: int, calls_in_flight: int) -> int:
+        """How many of `free` window slots new records may take now."""
+        return self._breaker.admits(self._clock(), free, calls_in_flight)
+
+    def _transitioned(self, transition: Transition) -> None:
+        self._show(transition.new)
+        self._metrics.circuit_transitions.labels(transition.new.value).inc()
+        if transition.new is CircuitState.OPEN:
+            log.warning("circuit breaker open: %s; no new records for %g s, records in flight "
+                        "keep retrying to their deadline", transition.reason,
+                        self._breaker.config.open_s)
+        elif transition.new is CircuitState.HALF_OPEN:
+            log.info("circuit breaker half-open: probing the counterparty")
+        else:
+            log.info("circuit breaker closed: %s; fetching again", transition.reason)
+
+    def _show(self, current: CircuitState) -> None:
+        for state in CircuitState:
+            self._metrics.circuit_state.labels(state.value).set(state is current)
