@@ -61,7 +61,8 @@ def _fail(exc: WaitlineError) -> typer.Exit:
 def stats(
     dsn: DsnOption = None, wait_topic: WaitTopicOption = None, as_json: JsonOption = False
 ) -> None:
-    """Open rows by age, expired-not-sent, sent-awaiting-tombstone, parked rows, per wait topic."""
+    """Open rows by age, expired-not-sent, sent-awaiting-tombstone, parked, rejected and
+    non-derived (reference-format) wait ids, per wait topic."""
     try:
         rows = RegistryReader(resolve_pg_dsn(dsn)).topic_stats(wait_topic=wait_topic)
     except WaitlineError as exc:
@@ -77,7 +78,8 @@ def stats(
     table.add_column("open", justify="right")
     for label, _ in AGE_BUCKETS:
         table.add_column(label, justify="right")
-    for heading in ("expired, not sent", "sent, awaiting tombstone", "parked", "rejected"):
+    for heading in ("expired, not sent", "sent, awaiting tombstone", "parked", "rejected",
+                    "non-derived ids"):
         table.add_column(heading, justify="right")
     for row in rows:
         table.add_row(
@@ -88,6 +90,7 @@ def stats(
             str(row.sent_awaiting_tombstone),
             _warn_if(row.parked),
             _warn_if(row.rejected),
+            str(row.non_derived),
         )
     _console().print(table)
 
@@ -177,6 +180,7 @@ def _stats_json(row: TopicStats) -> dict[str, Any]:
         "expired_unsent": row.expired_unsent,
         "sent_awaiting_tombstone": row.sent_awaiting_tombstone,
         "parked": row.parked,
+        "non_derived": row.non_derived,
         "rejected": row.rejected,
     }
 

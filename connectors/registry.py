@@ -17,6 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     Connection,
     DateTime,
@@ -64,6 +65,7 @@ _wait = table(
     column("created_at", DateTime(timezone=True)),
     column("dlq_sent_at", DateTime(timezone=True)),
     column("dlq_failed_at", DateTime(timezone=True)),
+    column("wait_id_derived", Boolean),
 )
 _reject = table("wait_reject", column("wait_topic", Text))
 
@@ -83,6 +85,9 @@ class TopicStats:
     """Wait-topic records the mirror could not parse (`wait_reject`)."""
     parked: int = 0
     """Rows whose DLQ record Kafka refused (`dlq_failed_at`, `dlq_error`): for an operator."""
+    non_derived: int = 0
+    """Rows (any state) whose wait id is not derived from group and coordinates: written by the
+    reference design's service (random UUIDs), mirrored and expired like any other."""
 
     @property
     def open_total(self) -> int:
@@ -148,6 +153,7 @@ class RegistryReader:
             func.count().filter(and_(is_open, _wait.c.wait_expiration_time <= func.now())),
             func.count().filter(_wait.c.dlq_sent_at.is_not(None)),
             func.count().filter(and_(unsent, _wait.c.dlq_failed_at.is_not(None))),
+            func.count().filter(_wait.c.wait_id_derived.is_(False)),
         ).group_by(_wait.c.wait_topic)
         rejects = select(_reject.c.wait_topic, func.count()).group_by(_reject.c.wait_topic)
         if wait_topic is not None:
@@ -157,7 +163,7 @@ class RegistryReader:
             counts = {row[0]: tuple(row[1:]) for row in conn.execute(query)}
             rejected = {row[0]: int(row[1]) for row in conn.execute(rejects)}
         labels = [label for label, _ in AGE_BUCKETS]
-        no_rows = (0,) * (len(labels) + 3)
+        no_rows = (0,) * (len(labels) + 4)
         result = []
         for topic in sorted(counts.keys() | rejected.keys()):
             numbers = counts.get(topic, no_rows)
@@ -169,6 +175,7 @@ class RegistryReader:
                     sent_awaiting_tombstone=numbers[len(labels) + 1],
                     rejected=rejected.get(topic, 0),
                     parked=numbers[len(labels) + 2],
+                    non_derived=numbers[len(labels) + 3],
                 )
             )
         return result

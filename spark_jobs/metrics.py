@@ -43,6 +43,11 @@ class ReconcileMetrics:
             "Registry rows by state after the last cycle: open (expired ones included), "
             "expired_unsent, sent_awaiting_tombstone, parked (Kafka refused the DLQ record), "
             "rejected.", [*labels, "state"], registry=self.registry)
+        self.non_derived_rows = Gauge(
+            "waitline_reconcile_waits_non_derived",
+            "Registry rows (any state) after the last cycle whose wait id is not derived from "
+            "the group and coordinates (reference-format records).", labels,
+            registry=self.registry)
         self.expired = Counter(
             "waitline_reconcile_expired",
             "Expired waits the sweep handled, by outcome: sent (DLQ record and tombstone "
@@ -88,6 +93,7 @@ class ReconcileMetrics:
                                  ("sent_awaiting_tombstone", stats.sent_awaiting_tombstone),
                                  ("parked", stats.parked), ("rejected", stats.rejected)):
                 self.waits.labels(topic, state).set(count)
+            self.non_derived_rows.labels(topic).set(stats.non_derived)
         self.cycle_end.labels(topic).set_to_current_time()
 
     def serve(self, host: str, port: int) -> None:

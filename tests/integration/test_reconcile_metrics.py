@@ -58,6 +58,7 @@ def test_the_job_serves_what_it_mirrored_swept_and_holds(
     assert values[("waitline_reconcile_waits", f'state="open",{topic}')] == 2
     assert values[("waitline_reconcile_waits", f'state="parked",{topic}')] == 0
     assert values[("waitline_reconcile_registry_unavailable_total", topic)] == 0
+    assert values[("waitline_reconcile_waits_non_derived", topic)] == 0  # Waitline's own ids
     ended = values[("waitline_reconcile_last_cycle_end_timestamp_seconds", topic)]
     assert time.time() - 120 < ended <= time.time()
     assert 0 <= values[("waitline_reconcile_mirror_lag_seconds", topic)] < 120  # seconds, not ms

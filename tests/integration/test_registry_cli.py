@@ -60,6 +60,9 @@ class Seeded:
             " WHERE wait_topic = %s AND wait_id = %s",
             (self.wait_topic, self.wait_id(5)),
         )
+        # As the mirror flags a reference-format record keyed by a random UUID.
+        conn.execute("UPDATE wait SET wait_id_derived = false"
+                     " WHERE wait_topic = %s AND wait_id = %s", (self.wait_topic, self.wait_id(1)))
         conn.commit()
 
     def wait_id(self, offset: int) -> str:
@@ -88,6 +91,7 @@ def test_stats_json_counts_rows_by_age_and_state(pg_dsn: str, seeded: Seeded) ->
             "expired_unsent": 2,
             "sent_awaiting_tombstone": 1,
             "parked": 1,
+            "non_derived": 1,
             "rejected": 1,
         }
     ]
@@ -98,6 +102,7 @@ def test_stats_table_names_the_wait_topic(pg_dsn: str, seeded: Seeded) -> None:
     assert code == 0
     assert seeded.wait_topic in out
     assert "expired, not sent" in out
+    assert "non-derived ids" in out
 
 
 def test_list_expired_shows_what_the_sweep_sends_next(pg_dsn: str, seeded: Seeded) -> None:
