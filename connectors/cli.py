@@ -61,8 +61,7 @@ def _fail(exc: WaitlineError) -> typer.Exit:
 def stats(
     dsn: DsnOption = None, wait_topic: WaitTopicOption = None, as_json: JsonOption = False
 ) -> None:
-    """Open rows by age, expired-not-sent, sent-awaiting-tombstone, parked, rejected and
-    non-derived (reference-format) wait ids, per wait topic."""
+    """Wait rows per topic: open by age, expired, sent, parked, rejected, non-derived ids."""
     try:
         rows = RegistryReader(resolve_pg_dsn(dsn)).topic_stats(wait_topic=wait_topic)
     except WaitlineError as exc:
