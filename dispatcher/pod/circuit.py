@@ -34,10 +34,6 @@ class Circuit:
         self._breaker = CircuitBreaker(config, clock(), self._transitioned)
         self._show(CircuitState.CLOSED)
 
-    @property
-    def state(self) -> CircuitState:
-        return self._breaker.poll(self._clock())
-
     def attempt_ended(self, result: CallResult, started_at: float) -> None:
         """The `AttemptObserver` the counterparty reports every attempt to."""
         self._breaker.record(result, started_at, self._clock())

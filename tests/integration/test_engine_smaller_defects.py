@@ -33,9 +33,6 @@ from loadtest.generator import produce
 
 pytestmark = pytest.mark.integration
 
-SMALL_LIMIT = 64 * 1024  # max.message.bytes of the wait and DLQ topics in the size tests
-TOO_LARGE = 200 * 1024
-
 
 async def test_partitions_with_backlogs_are_admitted_fairly(
     kafka_bootstrap: str, unique_name: Callable[[str], str]
