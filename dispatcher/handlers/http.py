@@ -19,6 +19,7 @@ import aiohttp
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.http_exchange import HttpExchange
 from dispatcher.handlers.record import Record, Retryable
+from dispatcher.pod.counterparty import pooled_session
 
 __all__ = ["AiohttpHandler", "handler"]
 
@@ -36,13 +37,8 @@ class AiohttpHandler:
         return f"AiohttpHandler({self.config.method} {self.config.url})"
 
     async def __aenter__(self) -> Self:
-        connector = aiohttp.TCPConnector(limit=self.config.max_connections, limit_per_host=0,
-                                         ssl=self.config.ssl_context() or True)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # Only connecting gets its own bound: the pod's deadline bounds the whole call.
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout),
-        )
+        self._session = pooled_session(self.config.max_connections, self.config.connect_timeout,
+                                       self.config.ssl_context() or True)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,

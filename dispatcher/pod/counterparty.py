@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import ssl as ssl_module
 import string
 import time
 import traceback
@@ -51,6 +52,7 @@ __all__ = [
     "CounterpartySettings",
     "FunctionCounterparty",
     "HttpCounterparty",
+    "pooled_session",
 ]
 
 USER_AGENT = "waitline"
@@ -207,12 +209,8 @@ class HttpCounterparty:
         )
 
     async def __aenter__(self) -> Self:
-        connector = aiohttp.TCPConnector(limit=self.settings.max_connections, limit_per_host=0)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # Only the connect step gets its own bound: a slow answer is bounded by the deadline.
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_s),
-        )
+        self._session = pooled_session(self.settings.max_connections,
+                                       self.settings.connect_timeout_s)
         return self
 
     async def __aexit__(
@@ -286,6 +284,17 @@ class HttpCounterparty:
                 )
         except aiohttp.ClientError as exc:
             return _attempt_from_client_error(exc)
+
+
+def pooled_session(max_connections: int, connect_timeout_s: float,
+                   ssl: ssl_module.SSLContext | bool = True) -> aiohttp.ClientSession:
+    """A keep-alive pool of `max_connections` (0: unbounded) to any host. Only connecting gets
+    its own bound: the pod's deadline bounds the whole call."""
+    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ssl=ssl)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+    )
 
 
 async def _read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
