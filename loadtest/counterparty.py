@@ -171,7 +171,7 @@ class MockCounterparty:
         body = await request.read()
         self._in_flight += 1
         self._stats.record_arrival(request.headers.get(IDEMPOTENCY_HEADER), self._in_flight)
-        decision = self.model.decide(body)
+        decision = self.model.decide(body, self._in_flight)
         try:
             await asyncio.sleep(self.hang_s if decision.hang else decision.delay_s)
         except asyncio.CancelledError:

@@ -7,13 +7,19 @@ A model is written as a spec string of `+`-joined components:
     mix:P@MS,P@MS,...  MS with probability P (the probabilities sum to 1)
     hang:RATE          that share of requests never answers in time
     errors:RATE        that share answers 503 after its base delay
+    capacity:C         a server that serves C calls at a time: a call arriving while n > C
+                       calls are in flight (itself included) takes its base delay * n / C, so
+                       throughput stays C / base delay however many are sent; one arriving
+                       while n > 2C answers 503 at once (the server sheds load)
 
-At most one base component (seed, fixed, mix); `seed` when only hang/errors are given.
-Examples: `seed`, `seed+hang:0.05`, `fixed:200+errors:0.01`, `mix:0.9@200,0.1@1000`.
+At most one base component (seed, fixed, mix); `seed` when only hang/errors/capacity are given.
+Examples: `seed`, `seed+hang:0.05`, `fixed:200+errors:0.01`, `mix:0.9@200,0.1@1000`,
+`fixed:100+capacity:50`.
 
-Every decision is a pure function of the body bytes: the random fractions a component needs
-come from a SHA-256 of the body, so both dispatch modes meet the same slow records and a retry
-of a record meets the same fate as its first call.
+Every decision is a pure function of the body bytes (and, with `capacity`, of the calls in
+flight when it arrives): the random fractions a component needs come from a SHA-256 of the body,
+so both dispatch modes meet the same slow records and a retry of a record meets the same fate as
+its first call.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ MIX_SUM_TOLERANCE = 1e-9
 
 VALID_FORMS = (
     "valid components, joined by '+': seed | fixed:MS | mix:P@MS,P@MS,... | hang:RATE | "
-    "errors:RATE (at most one of seed/fixed/mix; RATE and P in [0, 1], mix P summing to 1), "
-    "e.g. seed+hang:0.05 or mix:0.9@200,0.1@1000"
+    "errors:RATE | capacity:C (at most one of seed/fixed/mix; RATE and P in [0, 1], mix P "
+    "summing to 1, C a whole number ≥ 1), e.g. seed+hang:0.05, mix:0.9@200,0.1@1000 or "
+    "fixed:100+capacity:50"
 )
 
 
@@ -125,20 +132,33 @@ class MixLatency:
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """A base latency plus the shares of requests that hang or answer 503."""
+    """A base latency plus the shares of requests that hang or answer 503, and optionally a
+    capacity: how many calls the server serves at once before it slows down."""
 
     base: BaseLatency
     hang_rate: float = 0.0
     error_rate: float = 0.0
+    capacity: int | None = None
 
-    def decide(self, body: bytes) -> Decision:
-        """The answer to a request with this body; the same body always gets the same answer."""
+    def decide(self, body: bytes, in_flight: int = 1) -> Decision:
+        """The answer to a request with this body arriving while `in_flight` calls (itself
+        included) are held; without a capacity the same body always gets the same answer."""
         base_fraction, hang_fraction, error_fraction = _fractions(body)
+        if self.capacity is not None and in_flight > 2 * self.capacity:
+            return Decision(delay_s=0.0, hang=False, status=ERROR_STATUS)
         if hang_fraction < self.hang_rate:
             return Decision(delay_s=math.inf, hang=True, status=HANG_STATUS)
         delay_s = self.base.delay_s(body, base_fraction)
+        if self.capacity is not None and in_flight > self.capacity:
+            delay_s *= in_flight / self.capacity
         status = ERROR_STATUS if error_fraction < self.error_rate else OK_STATUS
         return Decision(delay_s=delay_s, hang=False, status=status)
+
+    def bound_tps(self, concurrency: int, deadline_s: float) -> float:
+        """Little's-law bound on throughput with `concurrency` calls in flight: N / mean
+        latency, and never more than a capacity's C calls served per base latency."""
+        served = concurrency if self.capacity is None else min(concurrency, self.capacity)
+        return served / self.mean_latency_s(deadline_s)
 
     def mean_latency_s(self, deadline_s: float) -> float:
         """Expected time one dispatcher slot stays busy per record, for Little's-law bounds.
@@ -161,12 +181,15 @@ class LatencyModel:
             parts.append(f"hang:{_number(self.hang_rate)}")
         if self.error_rate:
             parts.append(f"errors:{_number(self.error_rate)}")
+        if self.capacity is not None:
+            parts.append(f"capacity:{self.capacity}")
         return "+".join(parts)
 
 
 def parse_model(spec: str) -> LatencyModel:
     """The model a spec string describes; raises ConfigError naming the valid forms."""
     base: BaseLatency | None = None
+    capacity: int | None = None
     rates: dict[str, float] = {}
     components = [part.strip() for part in spec.strip().lower().split("+")]
     if components == [""]:
@@ -181,10 +204,22 @@ def parse_model(spec: str) -> LatencyModel:
             if name in rates:
                 raise _spec_error(spec, f"{name} is given twice")
             rates[name] = _parse_share(spec, name, argument)
+        elif name == "capacity":
+            if capacity is not None:
+                raise _spec_error(spec, "capacity is given twice")
+            capacity = _parse_capacity(spec, argument)
         else:
             raise _spec_error(spec, f"unknown component {component!r}")
     return LatencyModel(base=base or SeedLatency(),
-                        hang_rate=rates.get("hang", 0.0), error_rate=rates.get("errors", 0.0))
+                        hang_rate=rates.get("hang", 0.0), error_rate=rates.get("errors", 0.0),
+                        capacity=capacity)
+
+
+def _parse_capacity(spec: str, argument: str) -> int:
+    value = _parse_number(spec, "capacity", argument)
+    if not value.is_integer() or value < 1:
+        raise _spec_error(spec, f"capacity: {argument} is not a whole number of calls ≥ 1")
+    return int(value)
 
 
 def _parse_base(spec: str, name: str, argument: str) -> BaseLatency:

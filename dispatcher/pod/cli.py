@@ -58,8 +58,14 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                                  "COUNTERPARTY_URL", _WINDOW)] = None,
     mode: Annotated[Mode, _opt("at-least-once (wait topic) or batch (the classic loop).",
                                "MODE", _WINDOW)] = Mode.AT_LEAST_ONCE,
-    concurrency: Annotated[int, _opt("Records in flight (the window N).", "CONCURRENCY",
-                                     _WINDOW)] = 100,
+    concurrency: Annotated[str, _opt("Records in flight (the window N), or auto: grown while "
+                                     "the counterparty's latency stays near its floor, shrunk "
+                                     "when it queues or sheds load (429/5xx).", "CONCURRENCY",
+                                     _WINDOW)] = "100",
+    min_concurrency: Annotated[int, _opt("With --concurrency auto: the smallest window (where "
+                                         "it starts).", "MIN_CONCURRENCY", _WINDOW)] = 10,
+    max_concurrency: Annotated[int, _opt("With --concurrency auto: the largest window.",
+                                         "MAX_CONCURRENCY", _WINDOW)] = 5000,
     deadline: Annotated[str, _opt("Overall deadline of one call, retries included.",
                                   "DEADLINE", _WINDOW)] = "60s",
     wait_expiration: Annotated[str, _opt("When an unfinished wait record expires to the DLQ; "

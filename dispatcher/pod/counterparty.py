@@ -78,11 +78,25 @@ class CallRequest:
 
 AttemptObserver = Callable[[CallResult, float], None]
 """Told when each attempt ends, retries included: what it showed about the counterparty's health,
-and when it started (`time.monotonic()`). The circuit breaker listens here."""
+and when it started (`time.monotonic()`). The circuit breaker and the adaptive window listen."""
 
 
 def ignore_attempt(result: CallResult, started_at: float) -> None:
-    """The `AttemptObserver` of a pod without a circuit breaker."""
+    """The `AttemptObserver` of a pod without a circuit breaker or adaptive window."""
+
+
+def observe_all(observers: list[AttemptObserver]) -> AttemptObserver:
+    """One observer telling each of `observers` (the circuit breaker, the adaptive window)."""
+    if not observers:
+        return ignore_attempt
+    if len(observers) == 1:
+        return observers[0]
+
+    def observe(result: CallResult, started_at: float) -> None:
+        for observer in observers:
+            observer(result, started_at)
+
+    return observe
 
 
 class Counterparty(Protocol):

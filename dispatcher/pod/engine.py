@@ -7,7 +7,8 @@ would read as a tombstone there): it goes straight to the DLQ as `NullValueError
 acknowledged DLQ record is what makes its offset committable.
 
 Window: at most `concurrency` records between fetched and finished (a rebalance while it is full
-may add one poll's worth, started rather than dropped). A full window pauses the partitions; the
+may add one poll's worth, started rather than dropped); with `--concurrency auto` its size is
+the adaptive window's, asked before each fetch. A full window pauses the partitions; the
 poll loop keeps calling `getmany`, so the consumer stays in its group.
 
 Rebalance: on revoke we wait (at most half the rebalance timeout) for the revoked partitions'
@@ -40,6 +41,7 @@ from aiokafka.structs import ConsumerRecord
 
 from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
 from dispatcher.flow.ordering import OrderingMode
+from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty
@@ -88,9 +90,10 @@ class AtLeastOnceEngine:
     def __init__(self, *, consumer: AIOKafkaConsumer, writer: AckedWriter,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics, clock: Callable[[], float] = time.time,
-                 circuit: Circuit | None = None) -> None:
+                 circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None) -> None:
         self._consumer = consumer
         self._circuit = circuit
+        self._adaptive = adaptive
         self._writer = writer
         self._outcomes = OutcomeWriter(writer, topics, metrics)
         self._counterparty = counterparty
@@ -116,7 +119,8 @@ class AtLeastOnceEngine:
         self._committer = Committer(consumer=consumer, watermarks=self._watermarks,
                                     metrics=metrics, lag=self._lag,
                                     interval_s=window.commit_interval_s)
-        metrics.window.set(window.concurrency)
+        if adaptive is None:
+            metrics.window.set(window.concurrency)
 
     @property
     def ready(self) -> bool:
@@ -196,7 +200,11 @@ class AtLeastOnceEngine:
             pending.done.set()
 
     async def _poll_once(self) -> None:
-        free = self._window.concurrency - len(self._tasks)
+        if self._adaptive is None:
+            free = self._window.concurrency - len(self._tasks)
+        else:  # --concurrency auto: the window's current size
+            self._adaptive.used(len(self._tasks))
+            free = self._adaptive.size - len(self._tasks)
         if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
             free = self._circuit.admits(free, len(self._tasks))
         if free <= 0:

@@ -41,8 +41,14 @@ class DispatcherMetrics:
                                 ["outcome"], registry=r)
         self.in_flight = Gauge("waitline_in_flight", "Records between fetched and finished.",
                                registry=r)
-        self.window = Gauge("waitline_window", "Configured window (max records in flight).",
-                            registry=r)
+        self.window = Gauge("waitline_window", "The window: most records in flight (with "
+                            "--concurrency auto, its current size).", registry=r)
+        self.window_changes = Counter("waitline_window_changes",
+                                      "Changes of the adaptive window, by reason (growth, "
+                                      "latency, overload).", ["reason"], registry=r)
+        self.latency_floor = Gauge("waitline_latency_floor_seconds",
+                                   "The adaptive window's latency floor: the lowest median "
+                                   "attempt latency it has seen.", registry=r)
         self.call_latency = Histogram("waitline_counterparty_latency_seconds",
                                       "Counterparty call time, retries included.",
                                       buckets=LATENCY_BUCKETS_S, registry=r)

@@ -16,6 +16,7 @@ from typing import Protocol
 from dispatcher.flow.rate import RateLimit
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
+from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.counterparty import (
@@ -23,12 +24,18 @@ from dispatcher.pod.counterparty import (
     Counterparty,
     CounterpartySettings,
     HttpCounterparty,
-    ignore_attempt,
+    observe_all,
 )
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
-from dispatcher.pod.settings import DispatchSettings, KafkaConfig, Mode, TopicConfig
+from dispatcher.pod.settings import (
+    DispatchSettings,
+    KafkaConfig,
+    Mode,
+    TopicConfig,
+    WindowConfig,
+)
 from dispatcher.pod.throttle import RateLimitedCounterparty
 from dispatcher.pod.topics import ensure_topics
 
@@ -58,7 +65,8 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
     limit = f" rate-limit={settings.rate()}" if settings.rate_limit else ""
     breaker = settings.breaker()
     limit += f" circuit-breaker={breaker.describe() if breaker else 'off'}"
-    return (f"mode={window.mode} concurrency={window.concurrency} deadline={settings.deadline:g}s"
+    concurrency = window.adaptive.describe() if window.adaptive else window.concurrency
+    return (f"mode={window.mode} concurrency={concurrency} deadline={settings.deadline:g}s"
             f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
@@ -98,9 +106,7 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
     try:
         await producer.start()
         await consumer.start()
-        breaker = settings.breaker()
-        circuit = None if breaker is None else Circuit(breaker, metrics)
-        observer = ignore_attempt if circuit is None else circuit.attempt_ended
+        circuit, adaptive, observer = _flow_control(settings, window, metrics)
         async with _open_counterparty(handler, counterparty_settings, settings.deadline,
                                       settings.rate(), observer) as counterparty:
             writer = AckedWriter(producer, topic_limits=limits)
@@ -111,7 +117,8 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
             else:
                 engine = AtLeastOnceEngine(consumer=consumer, writer=writer,
                                            counterparty=counterparty, topics=topics,
-                                           window=window, metrics=metrics, circuit=circuit)
+                                           window=window, metrics=metrics, circuit=circuit,
+                                           adaptive=adaptive)
             obs = settings.observability()
             if obs.metrics_port is not None:
                 details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
@@ -128,6 +135,17 @@ async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None)
         await stop_quietly(producer)
         _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: DispatcherMetrics,
+                  ) -> tuple[Circuit | None, AdaptiveWindow | None, AttemptObserver]:
+    """The circuit breaker and adaptive window (each optional), and the observer that feeds
+    them every call attempt."""
+    breaker = settings.breaker()
+    circuit = None if breaker is None else Circuit(breaker, metrics)
+    adaptive = None if window.adaptive is None else AdaptiveWindow(window.adaptive, metrics)
+    return circuit, adaptive, observe_all(
+        [o.attempt_ended for o in (circuit, adaptive) if o is not None])
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
+from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
@@ -26,6 +27,7 @@ from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_RECORD_BYTES = 8 * 1024 * 1024
+MAX_CONCURRENCY = 100_000
 
 
 class Mode(enum.StrEnum):
@@ -92,13 +94,14 @@ class TopicConfig:
 @dataclass(frozen=True)
 class WindowConfig:
     mode: Mode
-    concurrency: int
+    concurrency: int  # the window N; with `adaptive`, its upper bound
     wait_expiration_s: float
     commit_interval_s: float
     drain_grace_s: float
     rebalance_timeout_s: float = 60.0
     stall_warning_s: float = 60.0
     ordering: OrderingMode = OrderingMode.UNORDERED
+    adaptive: AdaptiveConfig | None = None  # --concurrency auto
 
     @property
     def revoke_wait_s(self) -> float:
@@ -173,7 +176,9 @@ class DispatchSettings(KafkaClientSettings):
     counterparty_url: str | None = None
     handler: str | None = None
     mode: Mode = Mode.AT_LEAST_ONCE
-    concurrency: int = Field(100, ge=1, le=100_000)
+    concurrency: int | Literal["auto"] = 100
+    min_concurrency: int = Field(10, ge=1, le=100_000)
+    max_concurrency: int = Field(5000, ge=1, le=100_000)
     deadline: float = 60.0
     wait_expiration: float = 3600.0
     commit_interval: float = 1.0
@@ -229,6 +234,40 @@ class DispatchSettings(KafkaClientSettings):
             )
         return self
 
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _valid_concurrency(cls, value: Any) -> Any:
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        if not text.isdigit() or not 1 <= int(text) <= MAX_CONCURRENCY:
+            raise ValueError(f"must be a whole number from 1 to {MAX_CONCURRENCY:,}, or auto "
+                             f"(not {value!r})")
+        return int(text)
+
+    @model_validator(mode="after")
+    def _valid_adaptive_bounds(self) -> DispatchSettings:
+        if self.concurrency == "auto":
+            if self.mode is Mode.BATCH:
+                raise ValueError("--concurrency auto adapts the at-least-once window; batch mode "
+                                 "takes a fixed batch size")
+            try:
+                self.adaptive()
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+        return self
+
+    def adaptive(self) -> AdaptiveConfig | None:
+        """The `--concurrency auto` bounds, None for a fixed window."""
+        if self.concurrency != "auto":
+            return None
+        return AdaptiveConfig(min_limit=self.min_concurrency, max_limit=self.max_concurrency)
+
+    @property
+    def window_size(self) -> int:
+        """The window N, or the most `--concurrency auto` may grow it to."""
+        return self.max_concurrency if self.concurrency == "auto" else self.concurrency
+
     @field_validator("rate_limit")
     @classmethod
     def _valid_rate_limit(cls, value: str | None) -> str | None:
@@ -272,20 +311,20 @@ class DispatchSettings(KafkaClientSettings):
         )
 
     def window(self) -> WindowConfig:
-        return WindowConfig(mode=self.mode, concurrency=self.concurrency,
+        return WindowConfig(mode=self.mode, concurrency=self.window_size,
                             wait_expiration_s=self.wait_expiration,
                             commit_interval_s=self.commit_interval,
                             drain_grace_s=self.drain_grace,
                             rebalance_timeout_s=self.rebalance_timeout,
                             stall_warning_s=self.stall_warning,
-                            ordering=self.ordering)
+                            ordering=self.ordering, adaptive=self.adaptive())
 
     def counterparty(self) -> CounterpartySettings:
         """The built-in HTTP client's settings (only without --handler)."""
         if self.counterparty_url is None:
             raise ConfigError("no --counterparty-url: this pod runs --handler")
         return CounterpartySettings(url=self.counterparty_url, deadline_s=self.deadline,
-                                    max_connections=self.concurrency)
+                                    max_connections=self.window_size)
 
     def observability(self) -> ObservabilityConfig:
         return ObservabilityConfig(metrics_host=self.metrics_host, metrics_port=self.metrics_port,

@@ -89,7 +89,8 @@ def models(draw: st.DrawFn) -> LatencyModel:
     else:
         first = draw(st.floats(min_value=0.01, max_value=0.99))
         base = MixLatency(((first, draw(delays_ms)), (1 - first, draw(delays_ms))))
-    return LatencyModel(base, hang_rate=draw(shares), error_rate=draw(shares))
+    capacity = draw(st.none() | st.integers(min_value=1, max_value=100_000))
+    return LatencyModel(base, hang_rate=draw(shares), error_rate=draw(shares), capacity=capacity)
 
 
 @given(models())
