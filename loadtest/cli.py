@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
+from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
+from loadtest.cli_chaos import chaos
+from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
+from loadtest.cli_common import fail as _fail
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
 from loadtest.generator import produce
 from loadtest.latency import parse_model
@@ -23,9 +28,8 @@ from loadtest.latency import parse_model
 if TYPE_CHECKING:
     from loadtest.compare import RunResult
     from loadtest.mirror_bench import MirrorBenchRow
+    from loadtest.scenarios import Scenario
 
-CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
-FAILURE_EXIT_CODE = 1
 # `waitline loadtest mirror` defaults, which `bench` runs too.
 MIRROR_EVENTS = 50_000
 MIRROR_RATE = 1000.0
@@ -114,14 +118,16 @@ def produce_command(
 
 
 def _run_scenarios(names: list[str], bootstrap_servers: str | None,
-                   work_dir: Path) -> list[RunResult]:
-    """Run scenarios one after another, reporting progress; exits cleanly on bad input."""
+                   work_dir: Path, custom: Callable[[], Scenario] | None = None,
+                   ) -> list[RunResult]:
+    """Run scenarios one after another (or the `custom` one), reporting progress; exits
+    cleanly on bad input."""
     from loadtest.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
     from loadtest.scenarios import get_scenario  # noqa: PLC0415
 
     try:
+        scenarios = [custom()] if custom else [get_scenario(name) for name in names]
         servers = resolve_bootstrap_servers(bootstrap_servers)
-        scenarios = [get_scenario(name) for name in names]
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
     console = Console(stderr=True)
@@ -140,11 +146,35 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
     return results
 
 
-@app.command(epilog="Example: waitline loadtest compare --scenario reference")
+_FREE = "Free parameters (instead of a named scenario)"
+
+
+@app.command(epilog="Example: waitline loadtest compare --scenario reference, or with free "
+                    "parameters: waitline loadtest compare --concurrency 25,50,100,auto --model "
+                    "seed+capacity:50 --duration 30s")
 def compare(
     *,
     scenario: Annotated[str, typer.Option(
-        help="reference | timeout-storm | scale | tiny.")] = "reference",
+        help="reference | timeout-storm | scale | adaptive | auto-reference | tiny.")
+    ] = "reference",
+    concurrency: Annotated[str | None, typer.Option(
+        help="Windows to run, comma-separated numbers and auto, e.g. 10,50,200,auto; runs "
+             "these instead of --scenario.", rich_help_panel=_FREE)] = None,
+    model: Annotated[str, typer.Option(
+        help="The mock's latency model, e.g. seed, fixed:100+capacity:50, seed+hang:0.05.",
+        rich_help_panel=_FREE)] = "seed",
+    duration: Annotated[str, typer.Option(
+        help="Steady state per run, e.g. 30s.", rich_help_panel=_FREE)] = "30s",
+    mode: Annotated[str, typer.Option(
+        help="at-least-once or batch.", rich_help_panel=_FREE)] = "at-least-once",
+    partitions: Annotated[int, typer.Option(
+        help="Partitions of each run's input topic.", rich_help_panel=_FREE)] = 8,
+    ordering: Annotated[str, typer.Option(
+        help="unordered, key or partition.", rich_help_panel=_FREE)] = "unordered",
+    rate_limit: Annotated[str | None, typer.Option(
+        help="The pod's --rate-limit, e.g. 500/s.", rich_help_panel=_FREE)] = None,
+    max_concurrency: Annotated[int, typer.Option(
+        help="The largest window auto may grow to.", rich_help_panel=_FREE)] = 5000,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -154,8 +184,17 @@ def compare(
 ) -> None:
     """Batch vs at-least-once on the real pod, measured against Little's law."""
     from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
+    from loadtest.scenarios import custom_scenario  # noqa: PLC0415
 
-    results = _run_scenarios([scenario], bootstrap_servers, work_dir)
+    def custom() -> Scenario:
+        assert concurrency is not None
+        return custom_scenario(concurrency=concurrency, model=model,
+                               duration_s=parse_duration_s(duration), mode=mode,
+                               partitions=partitions, ordering=ordering, rate_limit=rate_limit,
+                               max_concurrency=max_concurrency)
+
+    results = _run_scenarios([scenario], bootstrap_servers, work_dir,
+                             custom if concurrency is not None else None)
     typer.echo(markdown_table(results))
     if json_path:
         write_json(results, json_path)
@@ -202,63 +241,7 @@ def demo(
         raise typer.Exit(FAILURE_EXIT_CODE)
 
 
-@app.command(epilog="Example: waitline loadtest chaos --scale short --scenario kill9")
-def chaos(
-    *,
-    scale: Annotated[str, typer.Option(
-        help="short (what make test runs, ~4 min) or full (make chaos: 20 kills, a 2 min storm, "
-             "a 2 min counterparty outage and a 10 min PostgreSQL outage, ~30 min).")] = "full",
-    scenario: Annotated[list[str] | None, typer.Option(
-        help="Run only these: kill9, rebalance, broker, outage, bad-input, registry "
-             "(repeatable).")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: the local stack (the broker and registry "
-             "scenarios need it: they kill and restart its broker, stop and start its "
-             "PostgreSQL).")] = None,
-    out: Annotated[Path | None, typer.Option(
-        help="Write the results table (markdown) here, e.g. docs/RELIABILITY.md.")] = None,
-    work_dir: Annotated[Path, typer.Option(help="Pod and counterparty logs.")] = Path(
-        "reports/chaos"),
-) -> None:
-    """The fault suite: faults injected on the local stack, every record accounted for.
-
-    kill -9, rebalance storm, broker kill, counterparty outage, bad input and a PostgreSQL
-    outage under reconciliation, each record accounted for from outside the pods. Exits 1 if
-    any scenario loses a record or breaks its rule."""
-    from loadtest.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
-
-    if scale not in SCALES:
-        _fail(f"--scale must be one of {', '.join(SCALES)}, not {scale!r}", CONFIG_EXIT_CODE)
-    names = scenario or list(SCENARIOS)
-    if unknown := [name for name in names if name not in SCENARIOS]:
-        _fail(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}",
-              CONFIG_EXIT_CODE)
-    console = Console(stderr=True)
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker killed on purpose
-    try:
-        results = asyncio.run(run_chaos(resolve_bootstrap_servers(bootstrap_servers), work_dir,
-                                        scale, names, console.print))
-    except WaitlineError as exc:
-        _fail(str(exc), FAILURE_EXIT_CODE)
-    command = "waitline loadtest chaos --scale " + scale + "".join(
-        f" --scenario {name}" for name in (scenario or []))
-    table = markdown(results, command)
-    typer.echo(table)
-    if out is not None:
-        _write_reliability(out, table)
-        typer.echo(f"written to {out}")
-    if not all(result.ok for result in results):
-        raise typer.Exit(FAILURE_EXIT_CODE)
-
-
-def _write_reliability(out: Path, table: str) -> None:
-    """Replace the generated section of `out` (between its markers), keeping the prose."""
-    begin, end = "<!-- chaos:begin -->", "<!-- chaos:end -->"
-    text = out.read_text() if out.exists() else f"{begin}\n{end}\n"
-    if begin not in text or end not in text:
-        text += f"\n{begin}\n{end}\n"
-    head, rest = text.split(begin, 1)
-    out.write_text(f"{head}{begin}\n{table}{end}{rest.split(end, 1)[1]}")
+app.command(epilog="Example: waitline loadtest chaos --scale short --scenario kill9")(chaos)
 
 
 def _run_mirror(*, events: int, rate: float, duration: str, trigger: str,
@@ -353,8 +336,8 @@ def bench(
     *,
     out: Annotated[Path, typer.Option(help="Markdown report to (re)write.")] = Path(
         "docs/BENCHMARKS.md"),
-    scenarios: Annotated[str, typer.Option(
-        help="Comma-separated scenarios.")] = "reference,timeout-storm,scale",
+    scenarios: Annotated[str, typer.Option(help="Comma-separated scenarios.")] = (
+        "reference,timeout-storm,scale,adaptive,auto-reference"),
     mirror: Annotated[bool, typer.Option(
         help="Then benchmark the reconciliation job (`waitline loadtest mirror`, "
              "defaults).")] = True,
@@ -382,8 +365,3 @@ def bench(
                    if mirror else [])
     write_benchmarks(results, names, out, mirror_rows=mirror_rows, handler_cpu=cpu)
     typer.echo(f"wrote {out}")
-
-
-def _fail(message: str, exit_code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(exit_code)

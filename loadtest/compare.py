@@ -5,7 +5,8 @@ Each run gets a fresh input topic and group, pre-filled with generated records, 
 counterparty process of its own (so its CPU is not the pod's), and the real `waitline dispatch`
 as a subprocess. The harness samples the pod's `/metrics` and CPU every half second; throughput
 is taken over the steady state (warm-up and drain tail excluded), and the bound is
-N / mean latency of the model (`LatencyModel.mean_latency_s`).
+N / mean latency of the model (`LatencyModel.bound_tps`; with `--concurrency auto`, N is the
+window's mean over the steady state).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
 from loadtest.generator import produce
-from loadtest.latency import parse_model
+from loadtest.latency import ERROR_STATUS, parse_model
 from loadtest.measure import (
     Sample,
     histogram_buckets,
@@ -40,7 +41,7 @@ from loadtest.measure import (
     parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import RunSpec, Scenario
+from loadtest.scenarios import AUTO, RunSpec, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ INPUT_PARTITIONS = 8
 SAMPLE_EVERY_S = 0.5
 FINISHED = "waitline_records_finished_total"
 DURATION = "waitline_record_duration_seconds"
+WINDOW = "waitline_window"
 
 
 class HarnessError(WaitlineError):
@@ -58,7 +60,7 @@ class HarnessError(WaitlineError):
 class RunResult:
     scenario: str
     mode: str
-    concurrency: int
+    concurrency: int | str
     model: str
     records: int
     finished: int
@@ -72,17 +74,20 @@ class RunResult:
     peak_rss_mb: float
     steady_s: float
     duplicate_calls: int
+    mean_window: float  # the window over the steady state (auto: the size it settled at)
+    shed_share: float  # the counterparty's 503 answers / its requests
+
 
     def as_json(self) -> dict[str, object]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)
                 for k, v in asdict(self).items()}
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
+async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTITIONS) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, INPUT_PARTITIONS, 1)])
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
     finally:
         await admin.close()
 
@@ -144,11 +149,10 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
                   on_progress: Callable[[str], None] = lambda _: None) -> RunResult:
     """One run of a mode and window: fresh topic and group, a mock, the pod; measured."""
     model = parse_model(spec.model)
-    bound = spec.concurrency / model.mean_latency_s(spec.deadline_s)
     tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
-    await create_topic(bootstrap, topic)
+    await create_topic(bootstrap, topic, spec.partitions)
     await produce(bootstrap, topic, spec.records, progress=False)
 
     mock_port, metrics_port = free_port(), free_port()
@@ -161,8 +165,7 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
             mock_url = f"http://127.0.0.1:{mock_port}/"
             await wait_http(session, f"{mock_url}stats", mock, mock_log)
             pod = spawn(["dispatch", "--input-topic", topic, "--group", group,
-                          "--counterparty-url", mock_url, "--mode", spec.mode,
-                          "--concurrency", str(spec.concurrency),
+                          "--counterparty-url", mock_url, *spec.pod_flags(),
                           "--deadline", f"{spec.deadline_s:g}s",
                           "--bootstrap-servers", bootstrap, "--create-topics",
                           "--metrics-port", str(metrics_port)], pod_log)
@@ -180,6 +183,12 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         raise HarnessError(f"no steady state measured for {spec}; see {pod_log}")
     buckets = histogram_buckets(last_metrics, DURATION)
     tps = window.tps
+    mean_window = window.mean_window(samples)
+    n = mean_window if spec.concurrency == AUTO else float(spec.concurrency)
+    bound = model.bound_tps(n, spec.deadline_s)
+    requests = int(str(stats.get("requests", 0)))
+    by_status = stats.get("by_status")
+    shed = int(by_status.get(str(ERROR_STATUS), 0)) if isinstance(by_status, dict) else 0
     return RunResult(
         scenario=scenario, mode=spec.mode, concurrency=spec.concurrency, model=spec.model,
         records=spec.records, finished=int(samples[-1].finished), tps=round(tps, 2),
@@ -191,6 +200,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         peak_rss_mb=round(max(s.rss_bytes for s in samples) / 2**20, 1),
         steady_s=round(window.seconds, 1),
         duplicate_calls=int(str(stats.get("duplicate_requests", 0))),
+        mean_window=round(mean_window, 1),
+        shed_share=round(shed / requests, 4) if requests else 0.0,
     )
 
 
@@ -207,7 +218,8 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
         cpu = process.cpu_times()
         now = time.monotonic()
         samples.append(Sample(now - started, metric_sum(metrics, FINISHED),
-                              cpu.user + cpu.system, process.memory_info().rss))
+                              cpu.user + cpu.system, process.memory_info().rss,
+                              metric_sum(metrics, WINDOW)))
         if samples[-1].finished >= spec.records:
             break
         if now - last_report >= 5:
@@ -227,14 +239,14 @@ async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
 
 def markdown_table(results: list[RunResult]) -> str:
     lines = ["| scenario | mode | N | model | TPS | bound | efficiency | reference TPS | "
-             "p50 s | p99 s | CPU s/1000 | peak RSS MB | duplicates |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "p50 s | p99 s | CPU s/1000 | peak RSS MB | duplicates | mean window | 503 share |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         reference = f"{r.reference_tps:g}" if r.reference_tps is not None else "-"
         lines.append(f"| {r.scenario} | {r.mode} | {r.concurrency} | `{r.model}` | {r.tps:.1f} | "
                      f"{r.bound_tps:.1f} | {r.efficiency:.3f} | {reference} | {r.p50_s:.3f} | "
                      f"{r.p99_s:.3f} | {r.cpu_s_per_1000:.2f} | {r.peak_rss_mb:.0f} | "
-                     f"{r.duplicate_calls} |")
+                     f"{r.duplicate_calls} | {r.mean_window:.0f} | {r.shed_share:.2%} |")
     return "\n".join(lines)
 
 

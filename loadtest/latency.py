@@ -154,7 +154,7 @@ class LatencyModel:
         status = ERROR_STATUS if error_fraction < self.error_rate else OK_STATUS
         return Decision(delay_s=delay_s, hang=False, status=status)
 
-    def bound_tps(self, concurrency: int, deadline_s: float) -> float:
+    def bound_tps(self, concurrency: float, deadline_s: float) -> float:
         """Little's-law bound on throughput with `concurrency` calls in flight: N / mean
         latency, and never more than a capacity's C calls served per base latency."""
         served = concurrency if self.capacity is None else min(concurrency, self.capacity)

@@ -13,12 +13,14 @@ _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})? (?P
 
 @dataclass(frozen=True)
 class Sample:
-    """One look at the pod: when, how many records finished, its CPU seconds and RSS."""
+    """One look at the pod: when, how many records finished, its CPU seconds and RSS, and its
+    window (`waitline_window`: with --concurrency auto, its size at that moment)."""
 
     t_s: float
     finished: float
     cpu_s: float
     rss_bytes: int
+    window: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class SteadyState:
     @property
     def tps(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def mean_window(self, samples: Sequence[Sample]) -> float:
+        """The pod's mean window over the steady state."""
+        inside = [s.window for s in samples if self.start.t_s <= s.t_s <= self.end.t_s]
+        return sum(inside) / len(inside) if inside else math.nan
 
     @property
     def cpu_s_per_1000(self) -> float:

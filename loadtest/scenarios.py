@@ -11,17 +11,36 @@ from dataclasses import dataclass
 
 from dispatcher.errors import ConfigError
 
+AUTO = "auto"
+# Records a run is given are sized by its bound, but a pod on this machine finishes at most
+# about this many a second: more would only lengthen the topic's production.
+MACHINE_TPS = 2_500.0
+
 
 @dataclass(frozen=True)
 class RunSpec:
     mode: str  # "batch" | "at-least-once"
-    concurrency: int
+    concurrency: int | str  # a window N, or "auto"
     model: str
     records: int
     deadline_s: float = 60.0
     warmup_s: float = 5.0
     max_duration_s: float = 120.0
     reference_tps: float | None = None  # the Kotlin reference design's published figure
+    partitions: int = 8  # compare.INPUT_PARTITIONS
+    ordering: str = "unordered"
+    rate_limit: str | None = None
+    max_concurrency: int = 5000  # with concurrency "auto"
+
+    def pod_flags(self) -> list[str]:
+        """The `waitline dispatch` flags this run adds to the harness's own."""
+        flags = ["--mode", self.mode, "--concurrency", str(self.concurrency),
+                 "--ordering", self.ordering]
+        if self.concurrency == AUTO:
+            flags += ["--max-concurrency", str(self.max_concurrency)]
+        if self.rate_limit is not None:
+            flags += ["--rate-limit", self.rate_limit]
+        return flags
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,29 @@ SCENARIOS: dict[str, Scenario] = {
             ),
         ),
         Scenario(
+            "adaptive",
+            "A counterparty that serves 50 calls at a time (seed+capacity:50: slower past 50 in "
+            "flight, 503 past 100): fixed N = 25, 50, 100 and 200 beside --concurrency auto, "
+            "untuned. Bound: min(N, 50) / 0.28 s.",
+            (
+                RunSpec("at-least-once", 25, "seed+capacity:50", 3_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 50, "seed+capacity:50", 5_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 100, "seed+capacity:50", 5_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 200, "seed+capacity:50", 5_000, max_duration_s=60.0),
+                RunSpec("at-least-once", AUTO, "seed+capacity:50", 6_000, warmup_s=10.0,
+                        max_duration_s=90.0),
+            ),
+        ),
+        Scenario(
+            "auto-reference",
+            "--concurrency auto against the reference model (seed, no capacity limit): the "
+            "window should climb until the pod's CPU binds, and hold there.",
+            (
+                RunSpec("at-least-once", AUTO, "seed", 120_000, warmup_s=20.0,
+                        max_duration_s=80.0),
+            ),
+        ),
+        Scenario(
             "tiny",
             "A few seconds per mode; used by the harness's own test.",
             (
@@ -81,6 +123,48 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: str,
+                    partitions: int, ordering: str, rate_limit: str | None,
+                    max_concurrency: int) -> Scenario:
+    """A scenario from `compare`'s free parameters: one run per window in `concurrency`
+    (comma-separated numbers and `auto`), each given records for about `duration_s` of steady
+    state at its bound (capped at what this machine can finish)."""
+    from loadtest.latency import parse_model  # noqa: PLC0415 - keeps this module light
+
+    latency = parse_model(model)
+    windows: list[int | str] = []
+    for item in (part.strip().lower() for part in concurrency.split(",")):
+        if item == AUTO:
+            windows.append(AUTO)
+        elif item.isdigit() and int(item) >= 1:
+            windows.append(int(item))
+        else:
+            raise ConfigError(f"--concurrency: {item!r} is neither a window (a whole number "
+                              "≥ 1) nor auto; e.g. 10,50,200,auto")
+    if duration_s <= 0 or partitions < 1:
+        raise ConfigError("--duration must be positive and --partitions at least 1")
+    if mode not in ("at-least-once", "batch") or ordering not in ("unordered", "key",
+                                                                  "partition"):
+        raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose at-least-once or "
+                          "batch, and unordered, key or partition")
+    if AUTO in windows and mode == "batch":
+        raise ConfigError("--concurrency auto adapts the at-least-once window, not batch mode")
+    runs = []
+    for window in windows:
+        largest = max_concurrency if window == AUTO else int(window)
+        tps = min(MACHINE_TPS, latency.bound_tps(largest, 60.0))
+        if rate_limit is not None:
+            from dispatcher.flow.rate import parse_rate_limit  # noqa: PLC0415
+
+            tps = min(tps, parse_rate_limit(rate_limit).per_s)
+        warmup_s = 10.0 if window == AUTO else 5.0  # auto first grows its window
+        runs.append(RunSpec(mode, window, model, max(100, int(tps * (duration_s + warmup_s))),
+                            warmup_s=warmup_s, max_duration_s=2 * duration_s + 30,
+                            partitions=partitions, ordering=ordering, rate_limit=rate_limit,
+                            max_concurrency=max_concurrency))
+    return Scenario("custom", f"{mode}, N = {concurrency}, model {model}", tuple(runs))
 
 
 def get_scenario(name: str) -> Scenario:

@@ -1,0 +1,56 @@
+"""`waitline loadtest compare`'s free parameters: the runs they build, and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.errors import ConfigError
+from loadtest.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
+
+pytestmark = pytest.mark.unit
+
+DEFAULTS = {"model": "seed+capacity:50", "duration_s": 30.0, "mode": "at-least-once",
+            "partitions": 4, "ordering": "key", "rate_limit": None, "max_concurrency": 800}
+
+
+def test_one_run_per_window_sized_for_the_duration_at_its_bound() -> None:
+    scenario = custom_scenario(concurrency="25, 100,auto", **DEFAULTS)  # type: ignore[arg-type]
+    windows = [run.concurrency for run in scenario.runs]
+    assert windows == [25, 100, AUTO]
+    fixed_25, fixed_100, auto = scenario.runs
+    assert fixed_25.records == int(25 / 0.28 * 35)  # (30 s + 5 s warm-up) at the bound
+    assert fixed_100.records == int(50 / 0.28 * 35)  # capped by the capacity
+    assert auto.warmup_s == 10.0 and auto.records == int(50 / 0.28 * 40)
+    assert {run.partitions for run in scenario.runs} == {4}
+    assert auto.pod_flags() == ["--mode", "at-least-once", "--concurrency", "auto",
+                                "--ordering", "key", "--max-concurrency", "800"]
+
+
+def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() -> None:
+    flags = {**DEFAULTS, "model": "fixed:10"}
+    big = custom_scenario(concurrency="1000", **flags).runs[0]  # type: ignore[arg-type]
+    assert big.records == int(MACHINE_TPS * 35)
+    flags["rate_limit"] = "100/s"
+    limited = custom_scenario(concurrency="1000", **flags).runs[0]  # type: ignore[arg-type]
+    assert limited.records == 100 * 35
+    assert limited.pod_flags()[-2:] == ["--rate-limit", "100/s"]
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"concurrency": "10,fast"}, "'fast' is neither a window"),
+    ({"concurrency": "0"}, "'0' is neither a window"),
+    ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
+    ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
+    ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
+    ({"concurrency": "10", "model": "slow"}, "invalid latency model"),
+])
+def test_bad_parameters_are_refused_with_the_reason(change: dict[str, object],
+                                                    problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        custom_scenario(**{**DEFAULTS, **change})  # type: ignore[arg-type]
+
+
+def test_the_adaptive_scenario_sweeps_fixed_windows_beside_auto() -> None:
+    runs = SCENARIOS["adaptive"].runs
+    assert [run.concurrency for run in runs] == [25, 50, 100, 200, AUTO]
+    assert {run.model for run in runs} == {"seed+capacity:50"}
