@@ -15,6 +15,7 @@ run by tenacity's `AsyncRetrying`, which added about 0.1 ms of CPU to every call
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import ssl as ssl_module
 import string
@@ -42,7 +43,9 @@ from dispatcher.pod.outcome import (
     final_outcome,
     health_of,
 )
-from dispatcher.wire import SourceRecord
+from dispatcher.wire import Failure, SourceRecord
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AttemptObserver",
@@ -83,6 +86,19 @@ and when it started (`time.monotonic()`). The circuit breaker and the adaptive w
 
 def ignore_attempt(result: CallResult, started_at: float) -> None:
     """The `AttemptObserver` of a pod without a circuit breaker or adaptive window."""
+
+
+async def call_settling_bugs(counterparty: Counterparty, request: CallRequest) -> CallOutcome:
+    """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost outcome
+    (the record is prepared: it must still end with a DLQ record and a tombstone)."""
+    started = time.monotonic()
+    try:
+        return await counterparty.call(request)
+    except Exception as exc:  # any client failure must still settle the record
+        log.exception("counterparty client failed unexpectedly for wait id %s", request.wait_id)
+        failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())
+        return CallOutcome(ok=False, status=None, attempts=1,
+                           elapsed_s=time.monotonic() - started, failure=failure)
 
 
 def observe_all(observers: list[AttemptObserver]) -> AttemptObserver:

@@ -2,14 +2,14 @@
 
 For every fetched record (DESIGN.md "The lifecycle of one record"):
 prepare (wait record acknowledged → offset committable) → call (one deadline) → outcome record
-(result or DLQ, acknowledged) → tombstone. A record with a null value skips the wait topic (it
-would read as a tombstone there): it goes straight to the DLQ as `NullValueError`, and that
-acknowledged DLQ record is what makes its offset committable.
+(result or DLQ, acknowledged) → tombstone (written behind the window, `TombstoneWriter`). A
+record with a null value skips the wait topic (it would read as a tombstone there): it goes
+straight to the DLQ as `NullValueError`, whose acknowledgement makes its offset committable.
 
-Window: at most `concurrency` records between fetched and finished (a rebalance while it is full
-may add one poll's worth, started rather than dropped); with `--concurrency auto` its size is
-the adaptive window's, asked before each fetch. A full window pauses the partitions; the
-poll loop keeps calling `getmany`, so the consumer stays in its group.
+Window: at most `concurrency` records between fetched and outcome durable (a rebalance while it
+is full may add one poll's worth, started rather than dropped); with `--concurrency auto` its
+size is the adaptive window's. A full window pauses the partitions; the poll loop keeps calling
+`getmany`, so the consumer stays in its group.
 
 Rebalance: on revoke we wait (at most half the rebalance timeout) for the revoked partitions'
 in-flight prepares, commit their watermark and forget them. Prepared records keep running to
@@ -29,7 +29,6 @@ import contextlib
 import functools
 import logging
 import time
-import traceback
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -44,11 +43,10 @@ from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
-from dispatcher.pod.counterparty import CallRequest, Counterparty
+from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import LagReporter, Unprepared, UnpreparedRecord
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import CallOutcome
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
     Rebalances,
@@ -62,6 +60,7 @@ from dispatcher.pod.polling import (
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
+from dispatcher.pod.tombstones import TombstoneWriter
 from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 from dispatcher.wire import (
@@ -70,7 +69,6 @@ from dispatcher.wire import (
     OutgoingRecord,
     SourceRecord,
     idempotency_key_of,
-    tombstone_of,
     wait_record,
 )
 
@@ -116,6 +114,8 @@ class AtLeastOnceEngine:
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
                                 unprepared=self._unprepared, metrics=metrics,
                                 stalls=StallTracker(window.stall_warning_s), clock=clock)
+        self._tombstones = TombstoneWriter(writer, topics.wait_topic, window.concurrency,
+                                           self._tombstone_failed)
         self._committer = Committer(consumer=consumer, watermarks=self._watermarks,
                                     metrics=metrics, lag=self._lag,
                                     interval_s=window.commit_interval_s)
@@ -159,6 +159,11 @@ class AtLeastOnceEngine:
             await self._committer.commit()
         if self._fatal is not None:
             raise FatalError(f"stopped: {self._fatal}") from self._fatal
+
+    def _tombstone_failed(self, exc: ProduceError, prepare: OutgoingRecord) -> None:
+        self._metrics.produce_errors.labels("wait").inc()
+        self._fail(exc, f"cannot write the tombstone of wait id {(prepare.key or b'').decode()} "
+                        "(it stays open in the wait registry)")
 
     def _fail(self, exc: BaseException, what: str) -> None:
         """Stop at once: `what` can never become committable, so going on would stall."""
@@ -297,11 +302,12 @@ class AtLeastOnceEngine:
                 return
             self._mark_prepared(key, source.offset, pending)
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
-            outcome = await self._call(source.value, wait_id, source)
+            outcome = await call_settling_bugs(self._counterparty, CallRequest(
+                source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
-            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
             self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
+            await self._tombstones.close(prepare)  # written behind: the slot is free now
         except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
             self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
@@ -324,19 +330,6 @@ class AtLeastOnceEngine:
             pending.reason = str(exc)
             return None
         return prepare
-
-    async def _call(self, body: bytes, wait_id: str, source: SourceRecord) -> CallOutcome:
-        """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost
-        outcome (the record is prepared: it must still end with a DLQ record and a tombstone)."""
-        started = time.monotonic()
-        try:
-            key = idempotency_key_of(source.headers, wait_id)
-            return await self._counterparty.call(CallRequest(body, key, source, wait_id))
-        except Exception as exc:  # any client failure must still settle the record
-            log.exception("counterparty client failed unexpectedly for wait id %s", wait_id)
-            failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())
-            return CallOutcome(ok=False, status=None, attempts=1,
-                               elapsed_s=time.monotonic() - started, failure=failure)
 
     def _mark_prepared(self, key: TopicPartitionKey, offset: int,
                        pending: UnpreparedRecord) -> None:
@@ -401,3 +394,4 @@ class AtLeastOnceEngine:
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
         await self._committer.commit()
         await cancel_left_over(self._tasks)
+        await self._tombstones.flush()  # after the cancel: no record hands one over any more
