@@ -175,6 +175,9 @@ def compare(
         help="The pod's --rate-limit, e.g. 500/s.", rich_help_panel=_FREE)] = None,
     max_concurrency: Annotated[int, typer.Option(
         help="The largest window auto may grow to.", rich_help_panel=_FREE)] = 5000,
+    keys: Annotated[int | None, typer.Option(
+        help="Distinct record keys (for --ordering key); default: every record its own.",
+        rich_help_panel=_FREE)] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -191,7 +194,7 @@ def compare(
         return custom_scenario(concurrency=concurrency, model=model,
                                duration_s=parse_duration_s(duration), mode=mode,
                                partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                               max_concurrency=max_concurrency)
+                               max_concurrency=max_concurrency, keys=keys)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
                              custom if concurrency is not None else None)

@@ -153,7 +153,7 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
     await create_topic(bootstrap, topic, spec.partitions)
-    await produce(bootstrap, topic, spec.records, progress=False)
+    await produce(bootstrap, topic, spec.records, progress=False, keys=spec.keys)
 
     mock_port, metrics_port = free_port(), free_port()
     mock_log, pod_log = work_dir / f"{tag}-mock.log", work_dir / f"{tag}-pod.log"

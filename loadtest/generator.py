@@ -1,6 +1,7 @@
 """Load-test input: payment records shaped like the reference design's, and a Kafka producer.
 
-A record's key is its `operationId` (UUID4 text); its value is compact JSON with
+A record's key is its `operationId` (UUID4 text), or with `keys=K` one of K fixed keys
+(`key-0` … `key-{K-1}`, by counter), for measuring `--ordering key`; its value is compact JSON with
 `operationId`, `operationDate`, `cardNumber`, `price`, `terminalId` and
 `additionalData = str(counter mod 10)`, the field the `seed` latency model reads.
 """
@@ -52,7 +53,7 @@ def make_record(counter: int, rng: random.Random, *,
 
 async def produce(bootstrap_servers: str, topic: str, count: int, *,
                   rate_per_s: float | None = None, progress: bool = True,
-                  start: int = 0) -> int:
+                  start: int = 0, keys: int | None = None) -> int:
     """Write records `start`..`start+count-1` to `topic`; returns how many Kafka acknowledged.
 
     Sends are pipelined (up to MAX_UNACKED_SENDS await their acknowledgement at once) and all
@@ -61,6 +62,8 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
     """
     if count < 0:
         raise ConfigError(f"count must be 0 or more, not {count}")
+    if keys is not None and keys < 1:
+        raise ConfigError(f"keys must be at least 1, not {keys}")
     if rate_per_s is not None and not rate_per_s > 0:
         raise ConfigError(f"rate must be a positive number of records per second, not {rate_per_s}")
     producer = AIOKafkaProducer(
@@ -75,7 +78,8 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
             with bar:
                 task = bar.add_task(f"producing to {topic}", total=count)
                 return await _send_all(producer, topic, range(start, start + count), rate_per_s,
-                                       on_acked=lambda acked: bar.update(task, completed=acked))
+                                       on_acked=lambda acked: bar.update(task, completed=acked),
+                                       keys=keys)
         finally:
             await producer.stop()  # also after a failed start, which leaves the client open
     except KafkaError as exc:
@@ -84,7 +88,8 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
 
 
 async def _send_all(producer: AIOKafkaProducer, topic: str, counters: range,
-                    rate_per_s: float | None, on_acked: Callable[[int], None]) -> int:
+                    rate_per_s: float | None, on_acked: Callable[[int], None], *,
+                    keys: int | None = None) -> int:
     rng = random.Random()  # seeded from the OS: every run writes new operation ids
     loop = asyncio.get_running_loop()
     started_s = loop.time()
@@ -96,6 +101,8 @@ async def _send_all(producer: AIOKafkaProducer, topic: str, counters: range,
             if ahead_s > MIN_PACING_SLEEP_S:
                 await asyncio.sleep(ahead_s)
         key, value = make_record(counter, rng, at=datetime.now(UTC))
+        if keys is not None:
+            key = f"key-{counter % keys}".encode()
         # send() only enqueues into a batch; it waits when the producer's buffer is full.
         unacked.append(await producer.send(topic, value=value, key=key))
         if len(unacked) >= MAX_UNACKED_SENDS:

@@ -31,6 +31,7 @@ class RunSpec:
     ordering: str = "unordered"
     rate_limit: str | None = None
     max_concurrency: int = 5000  # with concurrency "auto"
+    keys: int | None = None  # distinct record keys; None: every record its own
 
     def pod_flags(self) -> list[str]:
         """The `waitline dispatch` flags this run adds to the harness's own."""
@@ -127,7 +128,7 @@ SCENARIOS: dict[str, Scenario] = {
 
 def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: str,
                     partitions: int, ordering: str, rate_limit: str | None,
-                    max_concurrency: int) -> Scenario:
+                    max_concurrency: int, keys: int | None = None) -> Scenario:
     """A scenario from `compare`'s free parameters: one run per window in `concurrency`
     (comma-separated numbers and `auto`), each given records for about `duration_s` of steady
     state at its bound (capped at what this machine can finish)."""
@@ -143,8 +144,8 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
         else:
             raise ConfigError(f"--concurrency: {item!r} is neither a window (a whole number "
                               "≥ 1) nor auto; e.g. 10,50,200,auto")
-    if duration_s <= 0 or partitions < 1:
-        raise ConfigError("--duration must be positive and --partitions at least 1")
+    if duration_s <= 0 or partitions < 1 or (keys is not None and keys < 1):
+        raise ConfigError("--duration must be positive, --partitions and --keys at least 1")
     if mode not in ("at-least-once", "batch") or ordering not in ("unordered", "key",
                                                                   "partition"):
         raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose at-least-once or "
@@ -163,7 +164,7 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
         runs.append(RunSpec(mode, window, model, max(100, int(tps * (duration_s + warmup_s))),
                             warmup_s=warmup_s, max_duration_s=2 * duration_s + 30,
                             partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                            max_concurrency=max_concurrency))
+                            max_concurrency=max_concurrency, keys=keys))
     return Scenario("custom", f"{mode}, N = {concurrency}, model {model}", tuple(runs))
 
 

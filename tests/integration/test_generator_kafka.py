@@ -98,3 +98,13 @@ async def test_unreachable_kafka_raises_produce_error() -> None:
     # Port 1 on loopback refuses connections: nothing listens there.
     with pytest.raises(ProduceError, match=r"producing to 'nowhere' at 127\.0\.0\.1:1 failed"):
         await produce("127.0.0.1:1", "nowhere", 10, progress=False)
+
+
+async def test_produce_with_keys_spreads_records_over_that_many_keys(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("keyed")
+    await create_topic(kafka_bootstrap, topic)
+    await produce(kafka_bootstrap, topic, 30, progress=False, keys=3)
+    records = await consume_all(kafka_bootstrap, topic, 30)
+    assert Counter(key for key, _ in records) == {b"key-0": 10, b"key-1": 10, b"key-2": 10}

@@ -42,6 +42,7 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
+    ({"concurrency": "10", "keys": 0}, "--keys at least 1"),
     ({"concurrency": "10", "model": "slow"}, "invalid latency model"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(change: dict[str, object],
