@@ -56,8 +56,8 @@ def quiet_kafka_client() -> None:
 def counterparty(
     *,
     model: Annotated[str, typer.Option(
-        help="Latency model: seed | fixed:MS | mix:P@MS,... joined with hang:RATE and "
-             "errors:RATE by '+', e.g. seed+hang:0.05.")] = "seed",
+        help="Latency model: seed | fixed:MS | mix:P@MS,... joined with hang:RATE, "
+             "errors:RATE and capacity:C by '+', e.g. seed+hang:0.05.")] = "seed",
     port: Annotated[int, typer.Option(help="TCP port; 0 picks a free one.", min=0,
                                       max=65535)] = 8080,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -88,6 +88,29 @@ def counterparty(
     except OSError as exc:  # address in use, permission denied
         _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", FAILURE_EXIT_CODE)
     typer.echo("mock counterparty stopped")
+
+
+@app.command(epilog="Example: waitline loadtest bare --topic orders --url "
+                    "http://127.0.0.1:8080/ --concurrency 100 --metrics-port 9200")
+def bare(
+    *,
+    topic: Annotated[str, typer.Option(help="Topic to consume.")],
+    url: Annotated[str, typer.Option(help="URL each value is POSTed to.")],
+    group: Annotated[str, typer.Option(help="Consumer group.")] = "waitline-bare",
+    concurrency: Annotated[int, typer.Option(help="Calls in flight.", min=1)] = 100,
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.", min=1)] = 9200,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+) -> None:
+    """The overhead baseline: consume and POST, no wait topic, no retries (at most once)."""
+    from loadtest.bare import run_bare_loop  # noqa: PLC0415
+
+    try:
+        servers = resolve_bootstrap_servers(bootstrap_servers)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    asyncio.run(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
+                              concurrency=concurrency, metrics_port=metrics_port))
 
 
 @app.command("produce",
@@ -186,7 +209,12 @@ def compare(
         "reports/loadtest"),
 ) -> None:
     """Batch vs at-least-once on the real pod, measured against Little's law."""
-    from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
+    from loadtest.compare import (  # noqa: PLC0415
+        markdown_table,
+        overhead_lines,
+        write_json,
+        write_plot,
+    )
     from loadtest.scenarios import custom_scenario  # noqa: PLC0415
 
     def custom() -> Scenario:
@@ -199,6 +227,7 @@ def compare(
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
                              custom if concurrency is not None else None)
     typer.echo(markdown_table(results))
+    typer.echo("\n".join(overhead_lines(results)))
     if json_path:
         write_json(results, json_path)
         typer.echo(f"JSON: {json_path}")

@@ -41,7 +41,7 @@ from loadtest.measure import (
     parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import AUTO, RunSpec, Scenario
+from loadtest.scenarios import AUTO, BARE, RunSpec, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +164,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         async with aiohttp.ClientSession() as session:
             mock_url = f"http://127.0.0.1:{mock_port}/"
             await wait_http(session, f"{mock_url}stats", mock, mock_log)
-            pod = spawn(["dispatch", "--input-topic", topic, "--group", group,
-                          "--counterparty-url", mock_url, *spec.pod_flags(),
-                          "--deadline", f"{spec.deadline_s:g}s",
-                          "--bootstrap-servers", bootstrap, "--create-topics",
-                          "--metrics-port", str(metrics_port)], pod_log)
+            pod = spawn(_pod_args(spec, topic, group, mock_url, bootstrap=bootstrap,
+                                  metrics_port=metrics_port), pod_log)
             metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             await wait_http(session, metrics_url, pod, pod_log)
             samples, last_metrics = await _sample(session, metrics_url, pod, spec, on_progress)
@@ -203,6 +200,19 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         mean_window=round(mean_window, 1),
         shed_share=round(shed / requests, 4) if requests else 0.0,
     )
+
+
+def _pod_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str,
+              metrics_port: int) -> list[str]:
+    """`waitline …` arguments of the run's pod, or of the bare baseline loop."""
+    if spec.mode == BARE:
+        return ["loadtest", "bare", "--topic", topic, "--group", group, "--url", url,
+                "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
+                "--metrics-port", str(metrics_port)]
+    return ["dispatch", "--input-topic", topic, "--group", group, "--counterparty-url", url,
+            *spec.pod_flags(), "--deadline", f"{spec.deadline_s:g}s",
+            "--bootstrap-servers", bootstrap, "--create-topics", "--metrics-port",
+            str(metrics_port)]
 
 
 async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Popen[bytes],
@@ -248,6 +258,21 @@ def markdown_table(results: list[RunResult]) -> str:
                      f"{r.p99_s:.3f} | {r.cpu_s_per_1000:.2f} | {r.peak_rss_mb:.0f} | "
                      f"{r.duplicate_calls} | {r.mean_window:.0f} | {r.shed_share:.2%} |")
     return "\n".join(lines)
+
+
+OVERHEAD_GOAL = 2.0  # the pod's CPU per record at most twice the bare loop's (issue 11)
+
+
+def overhead_lines(rows: Sequence[RunResult]) -> list[str]:
+    """For each window run both bare and by the pod: pod CPU per record / bare CPU per record,
+    next to its goal. Nothing when the rows hold no such pair."""
+    bare = {r.concurrency: r for r in rows if r.mode == BARE}
+    lines = [f"- N = {r.concurrency}: pod / bare loop CPU per record = "
+             f"{r.cpu_s_per_1000 / bare[r.concurrency].cpu_s_per_1000:.2f} "
+             f"(goal ≤ {OVERHEAD_GOAL:g}); TPS {r.tps:.0f} vs {bare[r.concurrency].tps:.0f}"
+             for r in rows if r.mode != BARE and r.concurrency in bare
+             and bare[r.concurrency].cpu_s_per_1000 > 0]
+    return [*lines, ""] if lines else []
 
 
 class JsonRow(Protocol):

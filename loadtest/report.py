@@ -11,7 +11,14 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.compare import INPUT_PARTITIONS, RunResult, markdown_table, write_json, write_plot
+from loadtest.compare import (
+    INPUT_PARTITIONS,
+    RunResult,
+    markdown_table,
+    overhead_lines,
+    write_json,
+    write_plot,
+)
 from loadtest.mirror_bench import KEPT_UP_RATIO
 from loadtest.mirror_bench_core import CLOSE_AFTER_PREPARES, OPEN_FRACTION, MirrorBenchRow
 from loadtest.mirror_bench_core import markdown_table as mirror_table
@@ -86,6 +93,7 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
     for name in scenario_names:
         rows = [r for r in results if r.scenario == name]
         parts += [f"## {name}", "", SCENARIOS[name].description, "", markdown_table(rows), ""]
+        parts += overhead_lines(rows)
     parts += [f"![throughput vs bound]({plot_path.name})", "",
               f"Raw rows: [{json_path.name}]({json_path.name}).", ""]
     if handler_cpu:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from dispatcher.errors import ConfigError
 
 AUTO = "auto"
+BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
 # about this many a second: more would only lengthen the topic's production.
 MACHINE_TPS = 2_500.0
@@ -19,7 +20,7 @@ MACHINE_TPS = 2_500.0
 
 @dataclass(frozen=True)
 class RunSpec:
-    mode: str  # "batch" | "at-least-once"
+    mode: str  # "batch" | "at-least-once" | "bare" (the baseline loop)
     concurrency: int | str  # a window N, or "auto"
     model: str
     records: int
@@ -114,6 +115,18 @@ SCENARIOS: dict[str, Scenario] = {
             ),
         ),
         Scenario(
+            "overhead",
+            "CPU per record of the pod against the least a consume -> POST loop costs "
+            "(`waitline loadtest bare`: no wait topic, no retries, offsets auto-committed), on "
+            "the same mock (fixed:100) at N = 100 and 1000, one after the other.",
+            (
+                RunSpec(BARE, 100, "fixed:100", 30_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 100, "fixed:100", 30_000, max_duration_s=60.0),
+                RunSpec(BARE, 1000, "fixed:100", 60_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 1000, "fixed:100", 60_000, max_duration_s=60.0),
+            ),
+        ),
+        Scenario(
             "tiny",
             "A few seconds per mode; used by the harness's own test.",
             (
@@ -146,12 +159,12 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
                               "≥ 1) nor auto; e.g. 10,50,200,auto")
     if duration_s <= 0 or partitions < 1 or (keys is not None and keys < 1):
         raise ConfigError("--duration must be positive, --partitions and --keys at least 1")
-    if mode not in ("at-least-once", "batch") or ordering not in ("unordered", "key",
-                                                                  "partition"):
-        raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose at-least-once or "
-                          "batch, and unordered, key or partition")
-    if AUTO in windows and mode == "batch":
-        raise ConfigError("--concurrency auto adapts the at-least-once window, not batch mode")
+    if mode not in ("at-least-once", "batch", BARE) or ordering not in ("unordered", "key",
+                                                                        "partition"):
+        raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose at-least-once, "
+                          "batch or bare (the baseline loop), and unordered, key or partition")
+    if AUTO in windows and mode != "at-least-once":
+        raise ConfigError(f"--concurrency auto adapts the at-least-once window, not {mode} mode")
     runs = []
     for window in windows:
         largest = max_concurrency if window == AUTO else int(window)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.errors import ConfigError
+from loadtest.compare import RunResult, overhead_lines
 from loadtest.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
 
 pytestmark = pytest.mark.unit
@@ -40,6 +41,7 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "10,fast"}, "'fast' is neither a window"),
     ({"concurrency": "0"}, "'0' is neither a window"),
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
+    ({"concurrency": "10", "mode": "turbo"}, "at-least-once, batch or bare"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
     ({"concurrency": "10", "keys": 0}, "--keys at least 1"),
@@ -55,3 +57,26 @@ def test_the_adaptive_scenario_sweeps_fixed_windows_beside_auto() -> None:
     runs = SCENARIOS["adaptive"].runs
     assert [run.concurrency for run in runs] == [25, 50, 100, 200, AUTO]
     assert {run.model for run in runs} == {"seed+capacity:50"}
+
+
+def test_the_overhead_scenario_pairs_the_bare_loop_with_the_pod_at_each_window() -> None:
+    runs = SCENARIOS["overhead"].runs
+    assert [(run.mode, run.concurrency) for run in runs] == [
+        ("bare", 100), ("at-least-once", 100), ("bare", 1000), ("at-least-once", 1000)]
+    assert len({run.model for run in runs}) == 1
+
+
+def _row(mode: str, n: int, cpu: float, tps: float) -> RunResult:
+    return RunResult(scenario="overhead", mode=mode, concurrency=n, model="fixed:100",
+                     records=1000, finished=1000, tps=tps, bound_tps=1000.0, efficiency=0.9,
+                     reference_tps=None, p50_s=0.1, p99_s=0.2, cpu_s_per_1000=cpu,
+                     peak_rss_mb=60.0, steady_s=20.0, duplicate_calls=0, mean_window=n,
+                     shed_share=0.0)
+
+
+def test_overhead_lines_give_the_pod_over_bare_cpu_ratio_per_window() -> None:
+    rows = [_row("bare", 100, 0.30, 990), _row("at-least-once", 100, 0.75, 960),
+            _row("at-least-once", 500, 0.9, 1500)]  # no bare run at 500: no line
+    assert overhead_lines(rows) == [
+        "- N = 100: pod / bare loop CPU per record = 2.50 (goal ≤ 2); TPS 960 vs 990", ""]
+    assert overhead_lines(rows[1:]) == []
