@@ -369,7 +369,7 @@ def bench(
     out: Annotated[Path, typer.Option(help="Markdown report to (re)write.")] = Path(
         "docs/BENCHMARKS.md"),
     scenarios: Annotated[str, typer.Option(help="Comma-separated scenarios.")] = (
-        "reference,timeout-storm,scale,adaptive,auto-reference"),
+        "reference,timeout-storm,scale,adaptive,auto-reference,overhead"),
     mirror: Annotated[bool, typer.Option(
         help="Then benchmark the reconciliation job (`waitline loadtest mirror`, "
              "defaults).")] = True,

@@ -39,3 +39,36 @@ def test_compare_tiny_measures_both_modes_and_writes_json_and_plot(
         assert row["peak_rss_mb"] > 10
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| tiny | at-least-once | 10 |" in result.stdout
+
+
+def _compare(tmp_path: Path, kafka_bootstrap: str, name: str,
+             *flags: str) -> list[dict[str, object]]:
+    json_path = tmp_path / f"{name}.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "loadtest", "compare", *flags, "--json",
+         str(json_path), "--bootstrap-servers", kafka_bootstrap, "--work-dir",
+         str(tmp_path / name)],
+        capture_output=True, text=True, timeout=280, check=False, env=dict(os.environ),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows: list[dict[str, object]] = json.loads(json_path.read_text())
+    return rows
+
+
+@pytest.mark.timeout(300)
+def test_free_parameters_run_the_bare_baseline_and_the_adaptive_window(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`--mode bare` runs the overhead baseline loop, measured like the pod; `--concurrency
+    auto` runs the pod's adaptive window, whose mean size is reported."""
+    (bare,) = _compare(tmp_path, kafka_bootstrap, "bare", "--mode", "bare", "--concurrency",
+                       "10", "--model", "fixed:100", "--duration", "3s", "--partitions", "2")
+    assert (bare["mode"], bare["concurrency"], bare["finished"]) == ("bare", 10,
+                                                                      bare["records"])
+    assert float(str(bare["cpu_s_per_1000"])) > 0
+    (auto,) = _compare(tmp_path, kafka_bootstrap, "auto", "--concurrency", "auto",
+                       "--max-concurrency", "40", "--model", "fixed:100+capacity:20",
+                       "--duration", "5s")
+    assert auto["concurrency"] == "auto"
+    assert 10 <= float(str(auto["mean_window"])) <= 40
+    assert float(str(auto["bound_tps"])) <= 200.0 + 1e-6  # never above capacity 20 / 0.1 s
