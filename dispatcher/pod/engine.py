@@ -1,10 +1,8 @@
 """The at-least-once engine: N records in flight, each prepared in the wait topic before its call.
-
-For every fetched record (DESIGN.md "The lifecycle of one record"):
-prepare (wait record acknowledged → offset committable) → call (one deadline) → outcome record
-(result or DLQ, acknowledged) → tombstone (written behind the window, `TombstoneWriter`). A
-record with a null value skips the wait topic (it would read as a tombstone there): it goes
-straight to the DLQ as `NullValueError`, whose acknowledgement makes its offset committable.
+Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged
+→ offset committable) → call (one deadline) → outcome record (result or DLQ, acknowledged) →
+tombstone (written behind the window: the slot is free). A null value skips the wait topic (it
+would read as a tombstone there): its DLQ record's acknowledgement makes its offset committable.
 
 Window: at most `concurrency` records between fetched and outcome durable (a rebalance while it
 is full may add one poll's worth, started rather than dropped); with `--concurrency auto` its
@@ -60,7 +58,6 @@ from dispatcher.pod.polling import (
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
-from dispatcher.pod.tombstones import TombstoneWriter
 from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 from dispatcher.wire import (
@@ -69,6 +66,7 @@ from dispatcher.wire import (
     OutgoingRecord,
     SourceRecord,
     idempotency_key_of,
+    tombstone_of,
     wait_record,
 )
 
@@ -76,6 +74,7 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
+CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
 
 
 def _key(tp: TopicPartition) -> TopicPartitionKey:
@@ -103,6 +102,9 @@ class AtLeastOnceEngine:
         self._unprepared: Unprepared = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Outcome durable, tombstone being written: no window slot held (DESIGN.md, step 4).
+        self._closing: set[asyncio.Task[Any]] = set()
+        self._closing_bound = max(1, window.concurrency // CLOSING_SHARE)
         self._slot_freed = asyncio.Event()
         self._last_fetched_ms: int | None = None
         self._joined = False
@@ -114,8 +116,6 @@ class AtLeastOnceEngine:
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
                                 unprepared=self._unprepared, metrics=metrics,
                                 stalls=StallTracker(window.stall_warning_s), clock=clock)
-        self._tombstones = TombstoneWriter(writer, topics.wait_topic, window.concurrency,
-                                           self._tombstone_failed)
         self._committer = Committer(consumer=consumer, watermarks=self._watermarks,
                                     metrics=metrics, lag=self._lag,
                                     interval_s=window.commit_interval_s)
@@ -133,8 +133,8 @@ class AtLeastOnceEngine:
                 "partitions": [stall.as_json() for stall in self._lag.stalls]}
 
     @property
-    def in_flight(self) -> int:
-        return len(self._tasks)
+    def in_flight(self) -> int:  # records holding a window slot
+        return len(self._tasks) - len(self._closing)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until `stop` is set; FatalError if the engine had to stop on its own."""
@@ -159,11 +159,6 @@ class AtLeastOnceEngine:
             await self._committer.commit()
         if self._fatal is not None:
             raise FatalError(f"stopped: {self._fatal}") from self._fatal
-
-    def _tombstone_failed(self, exc: ProduceError, prepare: OutgoingRecord) -> None:
-        self._metrics.produce_errors.labels("wait").inc()
-        self._fail(exc, f"cannot write the tombstone of wait id {(prepare.key or b'').decode()} "
-                        "(it stays open in the wait registry)")
 
     def _fail(self, exc: BaseException, what: str) -> None:
         """Stop at once: `what` can never become committable, so going on would stall."""
@@ -206,12 +201,12 @@ class AtLeastOnceEngine:
 
     async def _poll_once(self) -> None:
         if self._adaptive is None:
-            free = self._window.concurrency - len(self._tasks)
+            free = self._window.concurrency - self.in_flight
         else:  # --concurrency auto: the window's current size
-            self._adaptive.used(len(self._tasks))
-            free = self._adaptive.size - len(self._tasks)
+            self._adaptive.used(self.in_flight)
+            free = self._adaptive.size - self.in_flight
         if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
-            free = self._circuit.admits(free, len(self._tasks))
+            free = self._circuit.admits(free, self.in_flight)
         if free <= 0:
             self._slot_freed.clear()
             try:
@@ -219,9 +214,8 @@ class AtLeastOnceEngine:
                     await self._slot_freed.wait()
             except TimeoutError:
                 await self._poll_while_full()
-            # A slot freed quickly: fetch on the next turn. Not pausing in that case matters:
-            # aiokafka drops a paused partition's prefetched records, so pausing on every full
-            # window would cost a fetch round trip per record at steady state.
+            # A slot freed quickly: fetch on the next turn, unpaused (aiokafka drops a paused
+            # partition's prefetched records: a fetch round trip per record at steady state).
             return
         paused = self._consumer.paused()
         if paused:
@@ -256,13 +250,21 @@ class AtLeastOnceEngine:
                         f"{record.topic}/{record.partition}@{record.offset}")
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
-        self._metrics.in_flight.set(len(self._tasks))
+        self._metrics.in_flight.set(self.in_flight)
 
     def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
         # Named by its record's coordinates, so the shutdown log can say what stayed open.
         task = asyncio.create_task(work, name=coordinates)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+
+    def _free_slot_before_tombstone(self) -> None:
+        """Outcome durable: the slot is free while the tombstone is written (N / 10 at once)."""
+        task = asyncio.current_task()
+        if task in self._tasks and len(self._closing) < self._closing_bound:
+            self._closing.add(task)
+            self._slot_freed.set()
+            self._metrics.in_flight.set(self.in_flight)
 
     def _restart_partition(self, key: TopicPartitionKey, offset: int) -> None:
         """The fetch position went back (log truncated, topic recreated): start afresh."""
@@ -274,8 +276,9 @@ class AtLeastOnceEngine:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._closing.discard(task)
         self._slot_freed.set()
-        self._metrics.in_flight.set(len(self._tasks))
+        self._metrics.in_flight.set(self.in_flight)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._fail(exc, f"record {task.get_name()} failed unexpectedly")
 
@@ -307,7 +310,8 @@ class AtLeastOnceEngine:
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
-            await self._tombstones.close(prepare)  # written behind: the slot is free now
+            self._free_slot_before_tombstone()
+            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
         except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
             self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
@@ -394,4 +398,3 @@ class AtLeastOnceEngine:
             await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
         await self._committer.commit()
         await cancel_left_over(self._tasks)
-        await self._tombstones.flush()  # after the cancel: no record hands one over any more
