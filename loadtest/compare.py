@@ -180,7 +180,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         raise HarnessError(f"no steady state measured for {spec}; see {pod_log}")
     buckets = histogram_buckets(last_metrics, DURATION)
     tps = window.tps
-    mean_window = window.mean_window(samples)
+    # The bare loop serves no window gauge: its window is the N it was given.
+    mean_window = float(spec.concurrency) if spec.mode == BARE else window.mean_window(samples)
     n = mean_window if spec.concurrency == AUTO else float(spec.concurrency)
     bound = model.bound_tps(n, spec.deadline_s)
     requests = int(str(stats.get("requests", 0)))
