@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,8 @@ from dispatcher.pod.counterparty import CounterpartySettings
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_CONCURRENCY = 100_000
+
+T = TypeVar("T")
 
 
 class Mode(enum.StrEnum):
@@ -118,14 +121,19 @@ class ObservabilityConfig:
     log_level: str
 
 
+def _as_field_error(parse: Callable[[], T]) -> T:
+    """`parse()`, its ConfigError raised as ValueError: pydantic names the flag only of a
+    ValueError; a ConfigError would escape unnamed."""
+    try:
+        return parse()
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def _duration(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
-    try:
-        return parse_duration_s(str(value))
-    except ConfigError as exc:
-        # Pydantic reports only ValueError per field; a ConfigError would escape unnamed.
-        raise ValueError(str(exc)) from exc
+    return _as_field_error(lambda: parse_duration_s(str(value)))
 
 
 class KafkaClientSettings(BaseSettings):
@@ -251,10 +259,7 @@ class DispatchSettings(KafkaClientSettings):
             if self.mode is Mode.BATCH:
                 raise ValueError("--concurrency auto adapts the at-least-once window; batch mode "
                                  "takes a fixed batch size")
-            try:
-                self.adaptive()
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from exc
+            _as_field_error(self.adaptive)
         return self
 
     def adaptive(self) -> AdaptiveConfig | None:
@@ -272,19 +277,13 @@ class DispatchSettings(KafkaClientSettings):
     @classmethod
     def _valid_rate_limit(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                parse_rate_limit(value)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from exc
+            _as_field_error(lambda: parse_rate_limit(value))
         return value
 
     @field_validator("circuit_breaker")
     @classmethod
     def _valid_breaker(cls, value: str) -> str:
-        try:
-            parse_breaker(value)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from exc
+        _as_field_error(lambda: parse_breaker(value))
         return value
 
     def breaker(self) -> BreakerConfig | None:
