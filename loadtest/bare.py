@@ -18,7 +18,10 @@ import aiohttp
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from dispatcher.pod.counterparty import pooled_session
+
 POLL_TIMEOUT_MS = 100
+CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in client connects by default
 
 
 async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, concurrency: int,
@@ -37,8 +40,7 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
                                 max_poll_records=concurrency)
     slots = asyncio.Semaphore(concurrency)
     calls: set[asyncio.Task[None]] = set()
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with pooled_session(concurrency, CONNECT_TIMEOUT_S) as session:
         async def call(value: bytes) -> None:
             try:
                 async with session.post(url, data=value,

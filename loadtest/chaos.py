@@ -20,9 +20,10 @@ from loadtest.chaos_account import Allowed, FaultAccount
 from loadtest.chaos_corpus import create_roomy_topic, produce_corpus
 from loadtest.chaos_registry import WINDOW, run_registry_outage
 from loadtest.chaos_rig import Rig
-from loadtest.compare import INPUT_PARTITIONS, create_topic
+from loadtest.compare import create_topic
 from loadtest.crash_account import Outcome
 from loadtest.generator import produce
+from loadtest.scenarios import INPUT_PARTITIONS
 
 MODEL = "fixed:100"  # every call answers in 100 ms: any fault shows in the figures
 

@@ -41,11 +41,10 @@ from loadtest.measure import (
     parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import AUTO, BARE, RunSpec, Scenario
+from loadtest.scenarios import AUTO, BARE, INPUT_PARTITIONS, RunSpec, Scenario
 
 log = logging.getLogger(__name__)
 
-INPUT_PARTITIONS = 8
 SAMPLE_EVERY_S = 0.5
 FINISHED = "waitline_records_finished_total"
 DURATION = "waitline_record_duration_seconds"
@@ -76,7 +75,6 @@ class RunResult:
     duplicate_calls: int
     mean_window: float  # the window over the steady state (auto: the size it settled at)
     shed_share: float  # the counterparty's 503 answers / its requests
-
 
     def as_json(self) -> dict[str, object]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)

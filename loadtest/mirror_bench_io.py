@@ -27,9 +27,9 @@ from dispatcher.wire import (
     wait_record,
     wait_tombstone,
 )
-from loadtest.compare import INPUT_PARTITIONS
 from loadtest.generator import MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
 from loadtest.mirror_bench_core import MirrorBenchError, MirrorBenchSpec, VisibleSample
+from loadtest.scenarios import INPUT_PARTITIONS
 from spark_jobs.config import ReconcileConfig
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ from pathlib import Path
 import psutil
 
 from loadtest.compare import (
-    INPUT_PARTITIONS,
     RunResult,
     markdown_table,
     overhead_lines,
@@ -23,7 +22,7 @@ from loadtest.mirror_bench import KEPT_UP_RATIO
 from loadtest.mirror_bench_core import CLOSE_AFTER_PREPARES, OPEN_FRACTION, MirrorBenchRow
 from loadtest.mirror_bench_core import markdown_table as mirror_table
 from loadtest.mirror_bench_io import SAMPLE_EVERY_S, TOMBSTONE_AFTER_S
-from loadtest.scenarios import SCENARIOS
+from loadtest.scenarios import INPUT_PARTITIONS, SCENARIOS
 
 
 def machine_line() -> str:

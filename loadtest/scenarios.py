@@ -7,10 +7,12 @@ it can reach (the Little's-law bound for at-least-once, about N / slowest call f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.errors import ConfigError
 
+INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 AUTO = "auto"
 BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
@@ -28,7 +30,7 @@ class RunSpec:
     warmup_s: float = 5.0
     max_duration_s: float = 120.0
     reference_tps: float | None = None  # the Kotlin reference design's published figure
-    partitions: int = 8  # compare.INPUT_PARTITIONS
+    partitions: int = INPUT_PARTITIONS
     ordering: str = "unordered"
     rate_limit: str | None = None
     max_concurrency: int = 5000  # with concurrency "auto"
@@ -159,10 +161,13 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
                               "≥ 1) nor auto; e.g. 10,50,200,auto")
     if duration_s <= 0 or partitions < 1 or (keys is not None and keys < 1):
         raise ConfigError("--duration must be positive, --partitions and --keys at least 1")
-    if mode not in ("at-least-once", "batch", BARE) or ordering not in ("unordered", "key",
-                                                                        "partition"):
-        raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose at-least-once, "
-                          "batch or bare (the baseline loop), and unordered, key or partition")
+    from dispatcher.flow.ordering import OrderingMode  # noqa: PLC0415
+    from dispatcher.pod.settings import Mode  # noqa: PLC0415
+
+    modes, orderings = [*Mode, BARE], list(OrderingMode)
+    if mode not in modes or ordering not in orderings:
+        raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose {_either(modes)} "
+                          f"(the baseline loop), and {_either(orderings)}")
     if AUTO in windows and mode != "at-least-once":
         raise ConfigError(f"--concurrency auto adapts the at-least-once window, not {mode} mode")
     runs = []
@@ -179,6 +184,11 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
                             partitions=partitions, ordering=ordering, rate_limit=rate_limit,
                             max_concurrency=max_concurrency, keys=keys))
     return Scenario("custom", f"{mode}, N = {concurrency}, model {model}", tuple(runs))
+
+
+def _either(choices: Sequence[str]) -> str:
+    """"a, b or c"."""
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
 def get_scenario(name: str) -> Scenario:
