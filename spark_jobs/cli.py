@@ -56,7 +56,7 @@ def reconcile(
         ),
     ] = None,
     trigger: Annotated[
-        str, typer.Option(help="Interval between cycles (mirror, then expire), e.g. 5s or 1m.")
+        str, typer.Option(help="Trigger interval of the mirror query and the sweep, e.g. 5s.")
     ] = "5s",
     bootstrap_servers: Annotated[
         str | None,
@@ -78,7 +78,7 @@ def reconcile(
     max_offsets_per_trigger: Annotated[
         int,
         typer.Option(
-            help="Most wait records per micro-batch (bounds driver memory while catching up).",
+            help="Most wait records per micro-batch (bounds executor memory while catching up).",
             min=1,
         ),
     ] = 100_000,

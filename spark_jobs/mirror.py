@@ -42,13 +42,13 @@ class CycleReport:
 
 
 def pending_changes(batch: DataFrame) -> DataFrame:
-    """The records of a micro-batch that can still change the `wait` table, ready to collect.
+    """The records of a micro-batch that can still change the `wait` table, ready for the sink.
 
     A record followed, in the same partition, by a tombstone of its key is dropped: the sink
     accepts every tombstone whose key is a canonical wait id, and that tombstone supersedes it.
     The tombstone itself and everything after it are kept. For the dispatcher's traffic (one
     prepare, one tombstone) this leaves the last record per key, and the prepare's body never
-    reaches the driver. Keeping records after the tombstone, rather than only the highest offset,
+    reaches Python. Keeping records after the tombstone, rather than only the highest offset,
     means a malformed newer record cannot hide a valid older prepare: the sink decides
     rejections per record (connectors/rows.py).
 
@@ -56,7 +56,8 @@ def pending_changes(batch: DataFrame) -> DataFrame:
     newest Kafka timestamp among them (0 and null on other rows), so the batch's totals come
     with the rows instead of costing a second read of the batch. Headers travel as one JSON
     text (binary values in base64): a column of nested structs is several times slower to bring
-    into Python, row by row.
+    into Python, row by row. A tombstone that closes a wait needs only its key, so its headers
+    stay behind (they cost more to bring over than everything else in the row).
     """
     by_key = Window.partitionBy("partition", "key")
     closes = F.col("value").isNull() & F.col("key").cast("string").rlike(_CANONICAL_UUID)
@@ -72,7 +73,7 @@ def pending_changes(batch: DataFrame) -> DataFrame:
             "offset",
             "key",
             "value",
-            F.to_json("headers").alias("headers_json"),
+            F.when(closes, F.lit(None)).otherwise(F.to_json("headers")).alias("headers_json"),
             "records",
             "newest_ms",
         )
@@ -81,18 +82,19 @@ def pending_changes(batch: DataFrame) -> DataFrame:
 
 def to_wait_event(row: Row) -> WaitEvent:
     """A row of `pending_changes` as the sink's WaitEvent."""
-    headers_json = row["headers_json"]
+    # Unpacked by position: Row's by-name lookup costs as much as the rest of this function.
+    topic, partition, offset, key, value, headers_json, _records, _newest_ms = row
     headers = () if headers_json is None else tuple(
         # to_json leaves out a null value; Kafka allows null header values.
         (str(h["key"]), None if h.get("value") is None else base64.b64decode(h["value"]))
         for h in json.loads(headers_json)
     )  # fmt: skip
     return WaitEvent(
-        wait_topic=row["topic"],
-        partition=row["partition"],
-        offset=row["offset"],
-        key=None if row["key"] is None else bytes(row["key"]),
-        value=None if row["value"] is None else bytes(row["value"]),
+        wait_topic=topic,
+        partition=partition,
+        offset=offset,
+        key=None if key is None else bytes(key),
+        value=None if value is None else bytes(value),
         headers=headers,
     )
 
@@ -106,9 +108,10 @@ class BatchTally:
 
     def events(self, rows: Iterable[Row]) -> Iterator[WaitEvent]:
         for row in rows:
-            self.events_in += row["records"]
-            if row["newest_ms"] is not None:
-                self.newest_ms = max(self.newest_ms or 0, row["newest_ms"])
+            *_, records, newest_ms = row
+            self.events_in += records
+            if newest_ms is not None:
+                self.newest_ms = max(self.newest_ms or 0, newest_ms)
             yield to_wait_event(row)
 
     def lag_s(self) -> float | None:

@@ -1,24 +1,26 @@
 """The reconciliation job: mirror the wait topic into PostgreSQL, then expire what never closed.
 
-The job runs in cycles. A cycle notes the time T, runs the mirror as a Structured Streaming query
-with the `availableNow` trigger (everything in the wait topic at T, from the checkpoint on, in
-micro-batches of at most `max_offsets_per_trigger` records), then sweeps rows that expired before
-T into the DLQ. Sweeping only after the mirror has caught up with T is what keeps the sweep
-honest: a wait whose tombstone was acknowledged before T is already deleted from the table, so it
-cannot be sent to the DLQ by mistake, even after the mirror was stopped for hours. `once` runs
-one cycle; otherwise a cycle starts every `trigger_interval_s`, with or without new records.
+Long-running (the default): ONE Structured Streaming query mirrors the wait topic for the life of
+the job, a micro-batch every `trigger_interval_s` (at most `max_offsets_per_trigger` records);
+beside it, on the same schedule, the sweep sends rows that expired before the last time the
+query was caught up with the topic (spark_jobs/progress.py) to the DLQ. Sweeping only up to that
+time is what keeps the sweep honest: a wait whose tombstone was acknowledged before it is
+already deleted from the table, so it cannot be sent to the DLQ by mistake, even after the
+mirror was stopped for hours. `once` runs one cycle instead: an `availableNow` query over
+everything in the topic at its start T, then the sweep of rows expired before T.
 
 Mirror, per micro-batch (`foreachBatch`): Spark drops the records that a later tombstone of the
-same key closes (`pending_changes`), the rest come to the driver and `connectors.sink.apply_batch`
-applies them in one PostgreSQL transaction. Applying a batch twice changes nothing, so a batch
-replayed after a crash, before its checkpoint commit, is harmless.
+same key closes (`pending_changes`) and partitions the rest by (wait-topic partition, key); each
+Spark partition applies itself on its executor in one PostgreSQL transaction
+(spark_jobs/executor_sink.py) and returns its counts. Applying a batch twice changes nothing, so
+a batch replayed after a crash, before its checkpoint commit, is harmless.
 
 Expire, per round of `expiry_batch_size` rows, in one transaction: `claim_expired` locks rows,
 `to_dlq` builds their DLQ records, Spark's Kafka sink writes them (acks=all, idempotent), then
 the tombstones that close them to the wait topic, `mark_sent` stamps them, commit. A record
 Kafka refuses (too large for the DLQ topic) is isolated by halving the write and its row parked
 (`mark_parked`), so it never blocks the rows behind it. The row leaves
-the table when a later cycle mirrors its tombstone. A crash between the writes and the commit
+the table when the mirror applies its tombstone. A crash between the writes and the commit
 repeats DLQ records and tombstones on the next run; none is skipped.
 
 PostgreSQL down: a batch or round fails on a connection error and is retried with exponential
@@ -39,12 +41,13 @@ import psycopg
 import structlog
 import tenacity
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from connectors.registry import RegistryReader, TopicStats
-from connectors.sink import MirrorResult, apply_batch
 from connectors.source import claim_expired, mark_parked, mark_sent, refusal_reason
 from dispatcher.errors import RegistryError
 from spark_jobs.config import ReconcileConfig
+from spark_jobs.executor_sink import BatchOutcome, SinkTarget, apply_on_executors
 from spark_jobs.expiry import (
     DLQ_PRODUCER_OPTIONS,
     DLQ_SCHEMA,
@@ -54,7 +57,8 @@ from spark_jobs.expiry import (
     tombstone_rows,
 )
 from spark_jobs.metrics import ReconcileMetrics
-from spark_jobs.mirror import BatchTally, CycleReport, pending_changes
+from spark_jobs.mirror import CycleReport, pending_changes
+from spark_jobs.progress import latest_caught_up
 from spark_jobs.registry_link import RegistryConnection, registry_unavailable
 
 __all__ = ["CycleReport", "ReconcileConfig", "ReconcileJob"]
@@ -76,6 +80,7 @@ class ReconcileJob:
         self._reader = RegistryReader(config.pg_dsn)
         self._stop = threading.Event()
         self._report = CycleReport()
+        self._report_lock = threading.Lock()
         self._batch_error: RegistryError | None = None
         self.registry_failures = 0
         """Attempts that failed because PostgreSQL was unreachable, since the job started."""
@@ -95,26 +100,55 @@ class ReconcileJob:
         self._stop.set()
 
     def run(self) -> None:
-        """Cycles until stopped (one cycle when `once`); a cycle starts every trigger interval."""
+        """One cycle when `once`; else the mirror's query runs until stopped and the sweep runs
+        beside it every trigger interval."""
         try:
             self._with_registry_retry(self._registry.check_schema, "schema check")
-            while not self._stop.is_set():
-                started = time.monotonic()
+            if self.config.once:
                 self.run_cycle()
-                if self.config.once:
-                    return
-                self._stop.wait(self.config.trigger_interval_s - (time.monotonic() - started))
+            else:
+                self._run_continuously()
         finally:
             self.close()
 
     def run_cycle(self) -> CycleReport:
         """Mirror everything in the wait topic now, then send what expired before now."""
         caught_up_at = datetime.now(UTC)
-        self._report = CycleReport()
         self._mirror_available()
         if not self._stop.is_set():
             self._expire(caught_up_at)
-        report = self._report
+        return self._end_cycle()
+
+    def _run_continuously(self) -> None:
+        """One streaming query for the life of the job. Every trigger interval the sweep sends
+        what expired before the last time the query had caught up with the wait topic
+        (spark_jobs/progress.py); it waits while the query is behind."""
+        interval_s = self.config.trigger_interval_s
+        interval_ms = max(1, round(interval_s * 1000))
+        # Quiet triggers report progress once per interval too, so the caught-up time advances.
+        self.spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", f"{interval_ms}ms")
+        query = self._start_mirror(processingTime=f"{interval_ms} milliseconds")
+        swept_until: datetime | None = None
+        next_sweep = time.monotonic() + interval_s
+        try:
+            while not self._stop.is_set():
+                if self._await_query(query):
+                    return  # stopped
+                if time.monotonic() < next_sweep:
+                    continue
+                next_sweep = time.monotonic() + interval_s
+                caught_up = latest_caught_up(query.recentProgress)
+                if caught_up is None or (swept_until is not None and caught_up <= swept_until):
+                    continue
+                self._expire(caught_up)
+                swept_until = caught_up
+                self._end_cycle()
+        finally:
+            query.stop()
+
+    def _end_cycle(self) -> CycleReport:
+        with self._report_lock:
+            report, self._report = self._report, CycleReport()
         self.metrics.cycle_ended(mirrored_any=report.events_in > 0, stats=self._stats())
         log.info("reconcile cycle done", wait_topic=self.config.wait_topic,
                  **{k: v for k, v in vars(report).items() if k != "lag_newest_s"})  # fmt: skip
@@ -137,7 +171,14 @@ class ReconcileJob:
                 **self.config.kafka_options}  # fmt: skip
 
     def _mirror_available(self) -> None:
-        query = (
+        """Mirror everything in the wait topic now (an `availableNow` query), then return."""
+        query = self._start_mirror(availableNow=True)
+        while not self._await_query(query):
+            if self._stop.is_set():
+                query.stop()
+
+    def _start_mirror(self, **trigger: Any) -> StreamingQuery:
+        return (
             self.spark.readStream.format("kafka")
             .options(**self._kafka_options())
             .option("subscribe", self.config.wait_topic)
@@ -152,16 +193,18 @@ class ReconcileJob:
             .writeStream.queryName(f"waitline-mirror-{self.config.wait_topic}")
             .foreachBatch(self._mirror_batch)
             .option("checkpointLocation", self.config.checkpoint_dir)
-            .trigger(availableNow=True)
+            .trigger(**trigger)
             .start()
         )
+
+    def _await_query(self, query: StreamingQuery) -> bool:
+        """Wait up to a second: True once the query ended or the job was stopped; the error of a
+        failed batch raised."""
         try:
-            while not query.awaitTermination(1):
-                if self._stop.is_set():
-                    query.stop()
+            return bool(query.awaitTermination(1)) or self._stop.is_set()
         except Exception:
             if self._stop.is_set():
-                return  # interrupted on purpose; the unfinished batch is replayed next run
+                return True  # interrupted on purpose; the unfinished batch is replayed next run
             if self._batch_error is not None:
                 raise self._batch_error from None
             raise
@@ -169,23 +212,21 @@ class ReconcileJob:
     def _mirror_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         changes = pending_changes(batch)
-        tally = BatchTally()
+        target = SinkTarget(self.config.pg_dsn, self.config.dlq_topic, self.config.group)
 
-        def apply() -> MirrorResult:
-            nonlocal tally
-            conn = self._registry.get()  # fails fast while PostgreSQL is down, before any read
-            tally = BatchTally()
-            rows = changes.toLocalIterator(prefetchPartitions=True)
-            return apply_batch(conn, tally.events(rows), dlq_topic=self.config.dlq_topic,
-                               group=self.config.group)  # fmt: skip
+        def apply() -> BatchOutcome:
+            self._registry.get()  # fails fast while PostgreSQL is down, before any read
+            return apply_on_executors(changes, target)
 
         try:
-            result = self._with_registry_retry(apply, f"mirror batch {batch_id}")
+            outcome = self._with_registry_retry(apply, f"mirror batch {batch_id}")
         except RegistryError as exc:
             self._batch_error = exc  # Spark wraps it with Java and Python tracebacks
             raise
+        tally, result = outcome.tally, outcome.result
         lag_s = tally.lag_s()
-        self._report.add_batch(tally.events_in, result, lag_s)
+        with self._report_lock:
+            self._report.add_batch(tally.events_in, result, lag_s)
         self.metrics.batch_applied(tally.events_in, result, lag_s)
         elapsed_s = time.monotonic() - started
         log.info(
@@ -230,8 +271,9 @@ class ReconcileJob:
                 self._write_kafka(tombstone_rows(self.config.wait_topic, sent), TOMBSTONE_SCHEMA)
                 mark_sent(conn, sent)
             mark_parked(conn, parked)
-        self._report.expired_sent += len(sent)
-        self._report.parked += len(parked)
+        with self._report_lock:
+            self._report.expired_sent += len(sent)
+            self._report.parked += len(parked)
         self.metrics.swept(len(sent), len(parked))
         log.info("expired waits sent to the DLQ", wait_topic=self.config.wait_topic,
                  dlq_topic=self.config.dlq_topic, expired_sent=len(sent),

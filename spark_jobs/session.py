@@ -12,6 +12,7 @@ Under spark-submit the cluster's own configuration (`--master`, `--jars`/`--pack
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class SparkSettings:
     driver_memory: str = "2g"
     ui_enabled: bool = False
     log_level: str = "WARN"
+    # The Python the executors run the mirror's writes in: this one, with the project and
+    # psycopg installed (PYSPARK_PYTHON, when set, is Spark's own choice and wins).
+    python: str = field(default_factory=lambda: os.environ.get("PYSPARK_PYTHON", sys.executable))
     extra_conf: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -105,6 +109,7 @@ def session_conf(settings: SparkSettings, connector: Connector) -> dict[str, str
         "spark.ui.enabled": str(settings.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": settings.log_level,
+        "spark.pyspark.python": settings.python,
         # Timestamps (Kafka record times, expiry times) are read and logged in UTC.
         "spark.sql.session.timeZone": "UTC",
         # Streaming queries disable adaptive execution anyway (with a warning per query), and
@@ -128,6 +133,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     connector = choose_connector(settings.jars_dir, settings.spark_version)
     log.info(connector.description)
     conf = session_conf(settings, connector)
+    # PySpark starts its Python workers with $PYSPARK_PYTHON (python3 from PATH otherwise).
+    os.environ.setdefault("PYSPARK_PYTHON", settings.python)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

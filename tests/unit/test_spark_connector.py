@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,18 @@ def test_the_session_conf_carries_the_connector_and_extra_conf_wins(tmp_path: Pa
     assert conf["spark.jars.packages"] == connector.conf["spark.jars.packages"]
     assert "spark.jars" not in conf
     assert (conf["spark.master"], conf["spark.ui.enabled"]) == ("local[2]", "true")
+
+
+def test_the_executors_run_the_drivers_python_unless_pyspark_python_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connector = session.choose_connector(tmp_path, "4.2.0")
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert session.session_conf(session.SparkSettings(), connector)["spark.pyspark.python"] == (
+        sys.executable)
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/python3")
+    assert session.session_conf(session.SparkSettings(), connector)["spark.pyspark.python"] == (
+        "/opt/python3")
 
 
 jar_names = st.lists(

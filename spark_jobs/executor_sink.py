@@ -1,0 +1,128 @@
+"""The mirror's writes, made by the executors: each Spark partition of a batch applies itself.
+
+`pending_changes` partitions a batch by (wait-topic partition, key), so every record of a wait
+id is in the same Spark partition and two partitions never touch the same row: each applies its
+records with `connectors.sink.apply_batch` (COPY into the session's staging table, then the
+merge, one transaction) on its own PostgreSQL connection, and returns only its counts. The
+driver sums them; no record travels to the driver. A batch applied again after a failure is
+harmless (`apply_batch` is idempotent), which is what makes a partial batch safe to replay.
+
+Database errors do not fail the Spark task: they come back in the partition's outcome and the
+driver raises them again (`raise_failure`), so the job's outage handling (retry the batch with
+backoff while PostgreSQL is unreachable, a one-line error otherwise) works as it does for
+driver-side work. Each Python worker keeps one connection per DSN between tasks (Spark reuses
+its Python workers), reopened after an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+from pyspark.sql import DataFrame, Row
+
+from connectors.sink import MirrorResult, apply_batch
+from spark_jobs.mirror import BatchTally
+from spark_jobs.registry_link import registry_unavailable
+
+_APPLICATION_NAME = "waitline-reconcile-executor"
+_connections: dict[str, psycopg.Connection] = {}
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where and how a partition applies its records (pickled to the executors)."""
+
+    pg_dsn: str
+    dlq_topic: str
+    group: str | None
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """What one Spark partition of a batch did; `error` set when its database work failed."""
+
+    events_in: int = 0
+    newest_ms: int | None = None
+    upserted: int = 0
+    deleted: int = 0
+    rejected: int = 0
+    non_derived: int = 0
+    error: str | None = None
+    unavailable: bool = False
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """A batch's partitions summed: the counts the driver reports."""
+
+    tally: BatchTally
+    result: MirrorResult
+
+
+def apply_on_executors(changes: DataFrame, target: SinkTarget) -> BatchOutcome:
+    """Apply `changes` partition by partition on the executors; database errors raised here."""
+    outcomes: list[PartitionOutcome] = changes.rdd.mapPartitions(
+        lambda rows: iter([apply_partition(rows, target)])
+    ).collect()
+    raise_failure(outcomes)
+    return summed(outcomes)
+
+
+def apply_partition(rows: Iterable[Row], target: SinkTarget) -> PartitionOutcome:
+    """Apply one partition's rows in one transaction; never raises a database error."""
+    tally = BatchTally()
+    try:
+        conn = _connection(target.pg_dsn)
+        result = apply_batch(conn, tally.events(rows), dlq_topic=target.dlq_topic,
+                             group=target.group)  # fmt: skip
+    except psycopg.Error as exc:
+        _drop_connection(target.pg_dsn)
+        return PartitionOutcome(error=str(exc).strip() or type(exc).__name__,
+                                unavailable=registry_unavailable(exc))  # fmt: skip
+    return PartitionOutcome(
+        events_in=tally.events_in, newest_ms=tally.newest_ms, upserted=result.upserted,
+        deleted=result.deleted, rejected=result.rejected, non_derived=result.non_derived,
+    )  # fmt: skip
+
+
+def raise_failure(outcomes: Iterable[PartitionOutcome]) -> None:
+    """Raise the first failed partition's error as the psycopg error class it stands for:
+    OperationalError when PostgreSQL was unreachable (the caller retries), else DatabaseError."""
+    for outcome in outcomes:
+        if outcome.error is None:
+            continue
+        if outcome.unavailable:
+            raise psycopg.OperationalError(outcome.error)
+        raise psycopg.DatabaseError(outcome.error)
+
+
+def summed(outcomes: Iterable[PartitionOutcome]) -> BatchOutcome:
+    """The partitions' counts added up; the newest record time is the maximum."""
+    tally = BatchTally()
+    upserted = deleted = rejected = non_derived = 0
+    for outcome in outcomes:
+        tally.events_in += outcome.events_in
+        if outcome.newest_ms is not None:
+            tally.newest_ms = max(tally.newest_ms or 0, outcome.newest_ms)
+        upserted += outcome.upserted
+        deleted += outcome.deleted
+        rejected += outcome.rejected
+        non_derived += outcome.non_derived
+    return BatchOutcome(tally, MirrorResult(upserted, deleted, rejected, non_derived))
+
+
+def _connection(dsn: str) -> psycopg.Connection:
+    conn = _connections.get(dsn)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10,
+                               application_name=_APPLICATION_NAME)  # fmt: skip
+        _connections[dsn] = conn
+    return conn
+
+
+def _drop_connection(dsn: str) -> None:
+    conn = _connections.pop(dsn, None)
+    if conn is not None:
+        conn.close()
