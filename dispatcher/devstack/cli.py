@@ -25,18 +25,25 @@ def _stack() -> LocalStack:
     return LocalStack(state_dir())
 
 
-@app.command(epilog="Example: waitline dev up")
-def up() -> None:
+@app.command(epilog="Example: waitline dev up --spark")
+def up(
+    spark: Annotated[bool, typer.Option(
+        "--spark", help="Also start a Spark standalone master and worker (for spark-submit).",
+    )] = False,
+) -> None:
     """Start Kafka and PostgreSQL (idempotent) and wait until both answer."""
     stack = _stack()
     try:
         with console.status("starting the local stack…"):
-            started = stack.up()
+            started = stack.up(spark=spark)
     except WaitlineError as exc:
         err_console.print(f"[red]dev up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
     conn = stack.connection()
-    for name, endpoint in (("postgres", conn.pg_dsn), ("kafka", conn.bootstrap_servers)):
+    endpoints = [("postgres", conn.pg_dsn), ("kafka", conn.bootstrap_servers)]
+    if spark:
+        endpoints.append(("spark", f"{stack.spark.master_url} (UI {stack.spark.master_ui})"))
+    for name, endpoint in endpoints:
         state = "started" if name in started else "already running"
         console.print(f"{name:<9} {state:<16} {endpoint}", highlight=False, soft_wrap=True)
 

@@ -16,11 +16,12 @@ from pathlib import Path
 from dispatcher.devstack.kafka import KafkaService
 from dispatcher.devstack.postgres import PostgresService
 from dispatcher.devstack.processes import ServiceStatus, free_port, free_ports, port_is_free
+from dispatcher.devstack.spark import SparkClusterService, SparkPorts
 from dispatcher.endpoints import StackConnection
 
 # Re-exported: tests, the load-test harness and helpers' notes import these from here.
-__all__ = ["KafkaService", "LocalStack", "PostgresService", "ServiceStatus", "StackPorts",
-           "free_port", "free_ports"]
+__all__ = ["KafkaService", "LocalStack", "PostgresService", "ServiceStatus", "SparkClusterService",
+           "StackPorts", "free_port", "free_ports"]
 
 
 @dataclass
@@ -28,13 +29,20 @@ class StackPorts:
     kafka: int
     kafka_controller: int
     postgres: int
+    spark_master: int = 17077
+    spark_master_ui: int = 18080
+    spark_worker_ui: int = 18081
 
     @classmethod
     def choose(cls, preferred: StackPorts | None = None) -> StackPorts:
         """Keep preferred ports when they are free, else take free ones."""
         defaults = preferred or cls(19092, 19093, 15432)
         return cls(*(port if port_is_free(port) else free_port()
-                     for port in (defaults.kafka, defaults.kafka_controller, defaults.postgres)))
+                     for port in asdict(defaults).values()))
+
+    @property
+    def spark(self) -> SparkPorts:
+        return SparkPorts(self.spark_master, self.spark_master_ui, self.spark_worker_ui)
 
 
 class LocalStack:
@@ -48,6 +56,7 @@ class LocalStack:
         self.ports = ports
         self.kafka = KafkaService(self.state_dir / "kafka", ports.kafka, ports.kafka_controller)
         self.postgres = PostgresService(self.state_dir / "postgres", ports.postgres)
+        self.spark = SparkClusterService(self.state_dir / "spark", ports.spark)
 
     @property
     def _ports_path(self) -> Path:
@@ -66,15 +75,18 @@ class LocalStack:
     def connection(self) -> StackConnection:
         return StackConnection(self.kafka.bootstrap_servers, self.postgres.dsn)
 
-    def up(self) -> list[str]:
-        """Start what is not running, wait until it answers; returns what was started."""
+    def up(self, *, spark: bool = False) -> list[str]:
+        """Start what is not running (the Spark cluster too when `spark`), wait until it
+        answers; returns what was started."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.kafka.pid() is None and self.postgres.pid() is None:
+        if self.kafka.pid() is None and self.postgres.pid() is None and self.spark.pid() is None:
             # Nothing of ours runs: re-check that the remembered ports are still free.
             self._use_ports(StackPorts.choose(self.ports))
         self._ports_path.write_text(json.dumps(asdict(self.ports)) + "\n")
         started = []
-        for service in (self.postgres, self.kafka):
+        services: list[PostgresService | KafkaService | SparkClusterService] = [
+            self.postgres, self.kafka, *([self.spark] if spark else [])]
+        for service in services:
             if service.pid() is None:
                 service.start()
                 started.append(service.name)
@@ -82,6 +94,8 @@ class LocalStack:
             self.postgres.wait_healthy()
             self.postgres.ensure_database()
             self.kafka.wait_healthy()
+            if spark:
+                self.spark.wait_healthy()
         except BaseException:
             self.down()
             raise
@@ -91,7 +105,7 @@ class LocalStack:
     def down(self) -> list[str]:
         """Stop everything this stack started; returns what was stopped."""
         stopped = []
-        for service in (self.kafka, self.postgres):
+        for service in (self.spark, self.kafka, self.postgres):
             if service.pid() is not None:
                 service.stop()
                 stopped.append(service.name)
@@ -99,4 +113,6 @@ class LocalStack:
         return stopped
 
     def status(self) -> list[ServiceStatus]:
-        return [self.kafka.status(), self.postgres.status()]
+        """Kafka and PostgreSQL; the Spark cluster too while it runs (it is optional)."""
+        spark = [self.spark.status()] if self.spark.pid() is not None else []
+        return [self.kafka.status(), self.postgres.status(), *spark]
