@@ -4,13 +4,11 @@ its own schedule beside it, and never ahead of what the query has mirrored."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import SparkSession
-from reconcile_helpers import WaitTopic
+from reconcile_helpers import WaitTopic, wait_until
 
 from dispatcher.wire import parse_dlq_record
 from spark_jobs.reconcile import ReconcileJob
@@ -19,13 +17,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 WAVES = 3
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
 
 
 def dlq_wait_ids(waits: WaitTopic) -> set[str]:

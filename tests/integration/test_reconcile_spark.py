@@ -10,7 +10,6 @@ import asyncio
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +18,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
-from reconcile_helpers import LATER, WaitTopic, run_cycle
+from reconcile_helpers import LATER, WaitTopic, run_cycle, wait_until
 
 from dispatcher.devstack.stack import PostgresService, free_port
 from dispatcher.errors import ConfigError
@@ -212,13 +211,6 @@ class TrafficGenerator(threading.Thread):
         finally:
             await producer.stop()
 
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.mark.timeout(300)
