@@ -173,9 +173,11 @@ class ReconcileJob:
     def _mirror_available(self) -> None:
         """Mirror everything in the wait topic now (an `availableNow` query), then return."""
         query = self._start_mirror(availableNow=True)
-        while not self._await_query(query):
-            if self._stop.is_set():
-                query.stop()
+        try:
+            while not self._await_query(query):
+                pass
+        finally:
+            query.stop()  # a no-op once it ended; stops it when the job was asked to stop
 
     def _start_mirror(self, **trigger: Any) -> StreamingQuery:
         return (

@@ -68,3 +68,17 @@ def test_one_query_mirrors_for_the_life_of_the_job_while_the_sweep_runs_beside_i
     assert dlq_wait_ids(waits) == set(expired)
     assert not set(closed) & dlq_wait_ids(waits)
     assert len(waits.dlq_records()) == WAVES, "a wait was sent to the DLQ twice"
+
+
+def test_a_once_cycle_asked_to_stop_leaves_no_query_running(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    waits.produce([waits.prepare(waits.source(offset)) for offset in range(3000)])
+    job = ReconcileJob(spark, waits.config())
+    job.stop()  # asked to stop before (or while) its query runs
+
+    report = job.run_cycle()
+
+    assert report.expired_sent == 0  # a stopped cycle does not sweep
+    name = f"waitline-mirror-{waits.wait_topic}"
+    assert not [q for q in spark.streams.active if q.name == name], "the query kept running"
