@@ -24,10 +24,10 @@ from pyspark.sql import DataFrame, Row
 
 from connectors.sink import MirrorResult, apply_batch
 from spark_jobs.mirror import BatchTally
-from spark_jobs.registry_link import registry_unavailable
+from spark_jobs.registry_link import RegistryConnection, registry_unavailable
 
 _APPLICATION_NAME = "waitline-reconcile-executor"
-_connections: dict[str, psycopg.Connection] = {}
+_registries: dict[str, RegistryConnection] = {}  # per DSN, for the life of the Python worker
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,13 @@ def apply_on_executors(changes: DataFrame, target: SinkTarget) -> BatchOutcome:
 def apply_partition(rows: Iterable[Row], target: SinkTarget) -> PartitionOutcome:
     """Apply one partition's rows in one transaction; never raises a database error."""
     tally = BatchTally()
+    registry = _registries.setdefault(
+        target.pg_dsn, RegistryConnection(target.pg_dsn, _APPLICATION_NAME))
     try:
-        conn = _connection(target.pg_dsn)
-        result = apply_batch(conn, tally.events(rows), dlq_topic=target.dlq_topic,
+        result = apply_batch(registry.get(), tally.events(rows), dlq_topic=target.dlq_topic,
                              group=target.group)  # fmt: skip
     except psycopg.Error as exc:
-        _drop_connection(target.pg_dsn)
+        registry.close()
         return PartitionOutcome(error=str(exc).strip() or type(exc).__name__,
                                 unavailable=registry_unavailable(exc))  # fmt: skip
     return PartitionOutcome(
@@ -103,26 +104,10 @@ def summed(outcomes: Iterable[PartitionOutcome]) -> BatchOutcome:
     tally = BatchTally()
     upserted = deleted = rejected = non_derived = 0
     for outcome in outcomes:
-        tally.events_in += outcome.events_in
-        if outcome.newest_ms is not None:
-            tally.newest_ms = max(tally.newest_ms or 0, outcome.newest_ms)
+        tally.count(outcome.events_in, outcome.newest_ms)
         upserted += outcome.upserted
         deleted += outcome.deleted
         rejected += outcome.rejected
         non_derived += outcome.non_derived
     return BatchOutcome(tally, MirrorResult(upserted, deleted, rejected, non_derived))
 
-
-def _connection(dsn: str) -> psycopg.Connection:
-    conn = _connections.get(dsn)
-    if conn is None or conn.closed:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10,
-                               application_name=_APPLICATION_NAME)  # fmt: skip
-        _connections[dsn] = conn
-    return conn
-
-
-def _drop_connection(dsn: str) -> None:
-    conn = _connections.pop(dsn, None)
-    if conn is not None:
-        conn.close()

@@ -109,10 +109,14 @@ class BatchTally:
     def events(self, rows: Iterable[Row]) -> Iterator[WaitEvent]:
         for row in rows:
             *_, records, newest_ms = row
-            self.events_in += records
-            if newest_ms is not None:
-                self.newest_ms = max(self.newest_ms or 0, newest_ms)
+            self.count(records, newest_ms)
             yield to_wait_event(row)
+
+    def count(self, records: int, newest_ms: int | None) -> None:
+        """Add `records` read, the newest of them written at `newest_ms` (None: unknown)."""
+        self.events_in += records
+        if newest_ms is not None:
+            self.newest_ms = max(self.newest_ms or 0, newest_ms)
 
     def lag_s(self) -> float | None:
         """Seconds from the newest record's Kafka timestamp to now."""

@@ -16,15 +16,16 @@ def registry_unavailable(exc: BaseException) -> bool:
 class RegistryConnection:
     """One autocommit psycopg connection, reopened after a connection error."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, application_name: str = "waitline-reconcile") -> None:
         self._dsn = dsn
+        self._application_name = application_name
         self._conn: psycopg.Connection | None = None
 
     def get(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
                 self._dsn, autocommit=True, connect_timeout=10,
-                application_name="waitline-reconcile",
+                application_name=self._application_name,
             )  # fmt: skip
         return self._conn
 

@@ -18,6 +18,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
 from dispatcher.errors import StackError
@@ -125,20 +126,24 @@ class SparkClusterService:
                 process.wait()
             self._pid_path(role).unlink(missing_ok=True)
 
+    def _master_state(self) -> dict[str, Any]:
+        """The master's state as its UI serves it (`/json/`); OSError or ValueError if it
+        does not answer."""
+        with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=3) as answer:
+            state: dict[str, Any] = json.loads(answer.read())
+        return state
+
     def alive_workers(self) -> int | None:
         """Workers the master counts as alive; None while the master does not answer."""
         try:
-            with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=3) as answer:
-                state = json.loads(answer.read())
+            return int(self._master_state().get("aliveworkers", 0))
         except (OSError, ValueError):
             return None
-        return int(state.get("aliveworkers", 0))
 
     def applications(self) -> list[dict[str, object]]:
         """The master's running and completed applications (name, state, cores)."""
         try:
-            with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=3) as answer:
-                state = json.loads(answer.read())
+            state = self._master_state()
         except (OSError, ValueError) as exc:
             raise StackError(f"the Spark master at {self.master_ui} does not answer: {exc}"
                              ) from exc  # fmt: skip

@@ -185,8 +185,8 @@ class DispatchSettings(KafkaClientSettings):
     handler: str | None = None
     mode: Mode = Mode.AT_LEAST_ONCE
     concurrency: int | Literal["auto"] = 100
-    min_concurrency: int = Field(10, ge=1, le=100_000)
-    max_concurrency: int = Field(5000, ge=1, le=100_000)
+    min_concurrency: int = Field(10, ge=1, le=MAX_CONCURRENCY)
+    max_concurrency: int = Field(5000, ge=1, le=MAX_CONCURRENCY)
     deadline: float = 60.0
     wait_expiration: float = 3600.0
     commit_interval: float = 1.0
