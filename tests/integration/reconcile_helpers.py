@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -202,3 +203,18 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(0.3)
+
+
+def run_in_thread(job: ReconcileJob) -> tuple[threading.Thread, list[BaseException]]:
+    """`job.run()` started in a daemon thread, and the list that receives what it raises."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    return runner, errors

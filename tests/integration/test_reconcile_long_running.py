@@ -3,12 +3,11 @@ its own schedule beside it, and never ahead of what the query has mirrored."""
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import SparkSession
-from reconcile_helpers import WaitTopic, wait_until
+from reconcile_helpers import WaitTopic, run_in_thread, wait_until
 
 from dispatcher.wire import parse_dlq_record
 from spark_jobs.reconcile import ReconcileJob
@@ -27,16 +26,7 @@ def test_one_query_mirrors_for_the_life_of_the_job_while_the_sweep_runs_beside_i
     spark: SparkSession, waits: WaitTopic
 ) -> None:
     job = ReconcileJob(spark, waits.config(once=False, trigger="1s"))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            job.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
+    runner, errors = run_in_thread(job)
     name = f"waitline-mirror-{waits.wait_topic}"
 
     def mirror_queries() -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
-from reconcile_helpers import LATER, WaitTopic, run_cycle, wait_until
+from reconcile_helpers import LATER, WaitTopic, run_cycle, run_in_thread, wait_until
 
 from dispatcher.devstack.stack import PostgresService, free_port
 from dispatcher.errors import ConfigError
@@ -221,17 +221,8 @@ def test_postgres_outage_stalls_the_mirror_which_then_converges(
     waits = WaitTopic(unique_name("outage"), kafka_bootstrap, own_postgres.dsn,
                       tmp_path / "checkpoint")  # fmt: skip
     job = ReconcileJob(spark, waits.config(once=False, trigger="1s"))
-    job_errors: list[BaseException] = []
-
-    def run_job() -> None:
-        try:
-            job.run()
-        except BaseException as exc:
-            job_errors.append(exc)
-
-    runner = threading.Thread(target=run_job, daemon=True)
+    runner, job_errors = run_in_thread(job)
     traffic = TrafficGenerator(waits, rate_per_s=100)
-    runner.start()
     traffic.start()
     try:
         wait_until(lambda: traffic.prepared >= 200 and bool(waits.open_wait_ids()), 90,
