@@ -64,10 +64,9 @@ def test_a_once_cycle_asked_to_stop_leaves_no_query_running(
     spark: SparkSession, waits: WaitTopic
 ) -> None:
     waits.produce([waits.prepare(waits.source(offset)) for offset in range(3000)])
-    job = ReconcileJob(spark, waits.config())
-    job.stop()  # asked to stop before (or while) its query runs
-
-    report = job.run_cycle()
+    with ReconcileJob(spark, waits.config()) as job:
+        job.stop()  # asked to stop before (or while) its query runs
+        report = job.run_cycle()
 
     assert report.expired_sent == 0  # a stopped cycle does not sweep
     name = f"waitline-mirror-{waits.wait_topic}"
