@@ -79,6 +79,15 @@ class SparkClusterService:
             return None
         return pid if pid_matches(pid, str(self.home)) else None
 
+    def _running(self, role: str) -> bool:
+        """Whether `role` runs: by its process handle when this object started it (its command
+        line, which `_role_pid` matches, can read empty while spark-class execs the JVM), else
+        by its PID file."""
+        process = self._processes.get(role)
+        if process is not None:
+            return process.poll() is None
+        return self._role_pid(role) is not None
+
     def pid(self) -> int | None:
         """The master's process id while it runs."""
         return self._role_pid("master")
@@ -156,7 +165,7 @@ class SparkClusterService:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for role in ("master", "worker"):
-                if self._role_pid(role) is None:
+                if not self._running(role):
                     tail = log_tail(self.home / f"{role}.log")
                     raise StackError(f"the Spark {role} exited during start-up. Last lines of "
                                      f"its log:\n{tail}")  # fmt: skip
