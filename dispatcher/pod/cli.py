@@ -111,6 +111,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     sasl_password: Annotated[str | None, _opt("SASL password (never logged).", "SASL_PASSWORD",
                                               _KAFKA)] = None,
     ssl_cafile: Annotated[str | None, _opt("CA bundle for SSL.", "SSL_CAFILE", _KAFKA)] = None,
+    metadata_max_age: Annotated[str, _opt("How often the clients refresh topic metadata (new "
+                                          "partitions, moved leaders).", "METADATA_MAX_AGE",
+                                          _KAFKA)] = "5m",
     metrics_port: Annotated[int | None, _opt("Port for /metrics, /healthz, /readyz (0 = any "
                                              "free port; unset = off).", "METRICS_PORT",
                                              _OBS)] = None,

@@ -1,8 +1,8 @@
 """The at-least-once engine: N records in flight, each prepared in the wait topic before its call.
 Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged
 → offset committable) → call (one deadline) → outcome record (result or DLQ, acknowledged) →
-tombstone (written behind the window: the slot is free). A null value skips the wait topic (it
-would read as a tombstone there): its DLQ record's acknowledgement makes its offset committable.
+tombstone (behind the window, in its prepare's partition even if the topic grew). A null value
+skips the wait topic (a tombstone there): its DLQ record's acknowledgement makes it committable.
 
 Window: at most `concurrency` records between fetched and outcome durable (a rebalance while it
 is full may add one poll's worth, started rather than dropped); with `--concurrency auto` its
@@ -291,7 +291,7 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
                 self._mark_prepared(key, source.offset, pending)
                 return
-            prepare = await self._prepare(source, pending)
+            prepared = await self._prepare(source, pending)
             if turn is not None:  # --ordering: committable, and called, in its turn only
                 pending.reason = "its turn behind an earlier record of its key or partition"
                 await turn.wait()
@@ -299,11 +299,12 @@ class AtLeastOnceEngine:
                 log.info("%s/%d@%d: its partition was revoked before it could start; the "
                          "next owner calls it", *key, source.offset)
                 return
-            if prepare is None:  # too large to prepare: its DLQ record protects it
+            if prepared is None:  # too large to prepare: its DLQ record protects it
                 await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
                 self._mark_prepared(key, source.offset, pending)
                 return
             self._mark_prepared(key, source.offset, pending)
+            prepare, wait_partition = prepared
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
             outcome = await call_settling_bugs(self._counterparty, CallRequest(
                 source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
@@ -311,7 +312,7 @@ class AtLeastOnceEngine:
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
             self._free_slot_before_tombstone()
-            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare))
+            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare), wait_partition)
         except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
             self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
@@ -323,17 +324,17 @@ class AtLeastOnceEngine:
                 self._turns.release((source.topic, source.partition, source.offset))
 
     async def _prepare(self, source: SourceRecord,
-                       pending: UnpreparedRecord) -> OutgoingRecord | None:
-        """Write the wait record; None when it is too large for the wait topic."""
+                       pending: UnpreparedRecord) -> tuple[OutgoingRecord, int] | None:
+        """Write the wait record: it and its partition; None when too large for the topic."""
         expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
         prepare = wait_record(source, self._topics.group, expires_at)
         try:
-            await self._writer.write(self._topics.wait_topic, prepare)
+            partition = await self._writer.write(self._topics.wait_topic, prepare)
         except RecordTooLargeError as exc:
             self._metrics.produce_errors.labels("wait").inc()
             pending.reason = str(exc)
             return None
-        return prepare
+        return prepare, partition
 
     def _mark_prepared(self, key: TopicPartitionKey, offset: int,
                        pending: UnpreparedRecord) -> None:

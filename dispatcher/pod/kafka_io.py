@@ -68,16 +68,20 @@ class AckedWriter:
         self._backoff_max_s = backoff_max_s
         self._limits = dict(topic_limits or {})
 
-    async def write(self, topic: str, record: OutgoingRecord) -> None:
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        """Write `record` (to `partition`, or where the default partitioner puts it) and wait
+        for its acknowledgement; the partition it was written to."""
         headers = [(name, value) for name, value in record.headers]
         self._check_size(topic, record.key, record.value, headers)
         try:  # the common case, without the retry machinery's cost per record
-            await self._send(topic, record.key, record.value, headers)
+            return await self._send(topic, record.key, record.value, headers, partition)
         except KafkaError as exc:
             if not _retriable(exc):
                 raise _produce_error(topic, exc) from exc
             log.warning("Kafka write to %s failed, retrying: %r", topic, exc)
-            await self._write_with_retries(topic, record.key, record.value, headers)
+            return await self._write_with_retries(topic, record.key, record.value, headers,
+                                                  partition)
 
     def _check_size(self, topic: str, key: bytes | None, value: bytes | None,
                     headers: list[Header]) -> None:
@@ -94,14 +98,15 @@ class AckedWriter:
                                       f"max.message.bytes ({limit}); it was not written")
 
     async def _send(self, topic: str, key: bytes | None, value: bytes | None,
-                    headers: list[Header]) -> None:
+                    headers: list[Header], partition: int | None) -> int:
         if key is not None or value is not None:
-            await self._producer.send_and_wait(topic, value, key=key, headers=headers)
-            return
-        await send_null_key_and_value(self._producer, topic, headers)
+            written = await self._producer.send_and_wait(topic, value, key=key,
+                                                         partition=partition, headers=headers)
+            return int(written.partition)
+        return await send_null_key_and_value(self._producer, topic, headers, partition)
 
     async def _write_with_retries(self, topic: str, key: bytes | None, value: bytes | None,
-                                  headers: list[Header]) -> None:
+                                  headers: list[Header], partition: int | None) -> int:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_retriable),
             wait=wait_random_exponential(multiplier=0.1, max=self._backoff_max_s),
@@ -111,9 +116,10 @@ class AckedWriter:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._send(topic, key, value, headers)
+                    return await self._send(topic, key, value, headers, partition)
         except KafkaError as exc:
             raise _produce_error(topic, exc) from exc
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 def _produce_error(topic: str, exc: KafkaError) -> ProduceError:
@@ -123,15 +129,18 @@ def _produce_error(topic: str, exc: KafkaError) -> ProduceError:
 
 
 async def send_null_key_and_value(producer: AIOKafkaProducer, topic: str,
-                                  headers: list[Header]) -> None:
-    """Write a record with a null key and a null value (aiokafka's `send` asserts against it),
-    to a random partition as the default partitioner would, and wait for its acknowledgement."""
-    partitions = sorted(await producer.partitions_for(topic))
+                                  headers: list[Header], partition: int | None = None) -> int:
+    """Write a record with a null key and a null value (aiokafka's `send` asserts against it)
+    to `partition`, or a random one as the default partitioner would; wait for its
+    acknowledgement and return the partition."""
+    if partition is None:
+        partition = random.choice(sorted(await producer.partitions_for(topic)))
     batch = producer.create_batch()
     batch.append(key=None, value=None, timestamp=None, headers=headers)
     batch.close()
-    delivered = await producer.send_batch(batch, topic, partition=random.choice(partitions))
+    delivered = await producer.send_batch(batch, topic, partition=partition)
     await delivered
+    return partition
 
 
 def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:

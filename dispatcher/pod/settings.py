@@ -62,6 +62,7 @@ class KafkaConfig:
     ssl_cafile: str | None
     ssl_certfile: str | None
     ssl_keyfile: str | None
+    metadata_max_age_s: float = 300.0
 
     def client_options(self) -> dict[str, Any]:
         """Keyword arguments common to aiokafka's consumer, producer and admin client."""
@@ -69,6 +70,7 @@ class KafkaConfig:
             "bootstrap_servers": self.bootstrap_servers,
             "client_id": self.client_id,
             "security_protocol": self.security_protocol,
+            "metadata_max_age_ms": round(self.metadata_max_age_s * 1000),
         }
         if self.sasl_mechanism:
             options["sasl_mechanism"] = self.sasl_mechanism
@@ -151,6 +153,13 @@ class KafkaClientSettings(BaseSettings):
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    metadata_max_age: float = Field(300.0, gt=0, description=(
+        "how often clients refresh topic metadata (new partitions, moved leaders)"))
+
+    @field_validator("metadata_max_age", mode="before")
+    @classmethod
+    def _metadata_age(cls, value: Any) -> float:
+        return _duration(value)
 
     @field_validator("security_protocol")
     @classmethod
@@ -171,6 +180,7 @@ class KafkaClientSettings(BaseSettings):
             ssl_cafile=self.ssl_cafile,
             ssl_certfile=self.ssl_certfile,
             ssl_keyfile=self.ssl_keyfile,
+            metadata_max_age_s=self.metadata_max_age,
         )
 
 

@@ -218,13 +218,14 @@ class _SlowPrepareWriter(AckedWriter):
     delay_s = 0.0
     started = asyncio.Event()
 
-    async def write(self, topic: str, record: OutgoingRecord) -> None:
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
         is_slow = (topic.endswith(".wait") and record.value is not None
                    and _SlowPrepareWriter.slow_key in record.value)
         if is_slow and not _SlowPrepareWriter.started.is_set():
             _SlowPrepareWriter.started.set()
             await asyncio.sleep(_SlowPrepareWriter.delay_s)
-        await super().write(topic, record)
+        return await super().write(topic, record, partition)
 
 
 @pytest.mark.slow
@@ -296,10 +297,11 @@ class _SlowCommittedConsumer(AIOKafkaConsumer):  # type: ignore[misc]
 class _SlowWaitWriter(AckedWriter):
     """A real writer whose wait-topic writes take a second, as on a loaded broker."""
 
-    async def write(self, topic: str, record: OutgoingRecord) -> None:
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
         if topic.endswith(".wait") and record.value is not None:
             await asyncio.sleep(1.0)
-        await super().write(topic, record)
+        return await super().write(topic, record, partition)
 
 
 async def test_records_fetched_while_an_assignment_completes_are_committed(

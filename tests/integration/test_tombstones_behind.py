@@ -41,10 +41,11 @@ async def test_a_slow_tombstone_does_not_hold_the_records_slot(
     gate = asyncio.Event()
     real_write = AckedWriter.write
 
-    async def gated_write(self: AckedWriter, to: str, record: OutgoingRecord) -> None:
+    async def gated_write(self: AckedWriter, to: str, record: OutgoingRecord,
+                          partition: int | None = None) -> int:
         if to == wait_topic and record.value is None:
             await gate.wait()
-        await real_write(self, to, record)
+        return await real_write(self, to, record, partition)
 
     monkeypatch.setattr(AckedWriter, "write", gated_write)
     async with RecordingCounterparty() as counterparty:
