@@ -14,7 +14,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from dispatcher.pod.counterparty import CallRequest, Counterparty
+from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import TopicConfig, WindowConfig
@@ -76,7 +76,7 @@ class BatchEngine:
             return
         wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
                                   source.offset))
-        outcome = await self._counterparty.call(CallRequest(
+        outcome = await call_settling_bugs(self._counterparty, CallRequest(
             source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
         self._metrics.call_latency.observe(outcome.elapsed_s)
         await self._outcomes.settle(source, wait_id, outcome)
