@@ -1,9 +1,11 @@
 """Pure planning of the wait-topic mirror: a batch of wait-topic records → row changes.
 
-Per (wait topic, wait id) the record with the highest wait offset wins: a prepare becomes an
-upsert of the `wait` row, a tombstone a delete. The database applies each change only over a row
-with a lower wait offset (connectors/sink.py), so planning and applying any split of an ordered
-stream into batches converges to the same table, and re-applying a batch changes nothing.
+Per (wait topic, wait id) the latest record wins (`supersedes`: a higher offset within a
+partition; across partitions, which only a grown wait topic has, a later Kafka timestamp): a
+prepare becomes an upsert of the `wait` row, a tombstone a delete. The database applies each
+change only over a row it supersedes (connectors/sink.py), so planning and applying any split of
+an ordered stream into batches converges to the same table, and re-applying a batch changes
+nothing.
 
 Records that cannot become a change are rejected, never fatal and never dropped silently: the
 sink stores them verbatim in `wait_reject` (with the reason) and logs their coordinates. A
@@ -55,6 +57,8 @@ class WaitEvent:
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes | None]]
+    timestamp_ms: int = 0
+    """Kafka timestamp: orders one wait id's records that are in different partitions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class WaitUpsert:
     wait_id: uuid.UUID
     wait_partition: int
     wait_offset: int
+    wait_timestamp_ms: int
     source: SourceRecord
     headers_json: str
     """ORIGINAL_HEADERS exactly as the dispatcher wrote it (decodes to `source.headers`)."""
@@ -77,15 +82,30 @@ class WaitUpsert:
 
 @dataclass(frozen=True, slots=True)
 class WaitDelete:
-    """A tombstone: the wait id it closes, valid over rows with a lower wait offset."""
+    """A tombstone: the wait id it closes, valid over rows it `supersedes`."""
 
     wait_topic: str
     wait_id: uuid.UUID
     wait_partition: int
     wait_offset: int
+    wait_timestamp_ms: int
 
 
 WaitChange = WaitUpsert | WaitDelete
+
+
+def supersedes(new: WaitChange, current: WaitChange) -> bool:
+    """Whether `new` is a later record of the same wait id than `current`.
+
+    Within one wait-topic partition the offset orders them (even if the writers' clocks
+    disagree). A wait id's records reach a second partition only when the topic grew; across
+    partitions the Kafka timestamp orders them, the partition number breaking a tie. The same
+    rule is the merge's SQL predicate (`connectors/sink.py`).
+    """
+    if new.wait_partition == current.wait_partition:
+        return new.wait_offset > current.wait_offset
+    return ((new.wait_timestamp_ms, new.wait_partition)
+            > (current.wait_timestamp_ms, current.wait_partition))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +135,7 @@ class _RejectedError(Exception):
 
 
 def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None) -> MirrorPlan:
-    """The changes that mirror `events` into the `wait` table, the highest offset per wait id.
+    """The changes that mirror `events` into the `wait` table, the latest per wait id.
 
     `group` is the dispatcher's consumer group; None derives it from a `<group>.wait` topic name.
     """
@@ -129,8 +149,8 @@ def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None
             continue
         slot = (change.wait_topic, change.wait_id)
         current = latest.get(slot)
-        # Equal offsets are the same Kafka record delivered twice: keep the first.
-        if current is None or change.wait_offset > current.wait_offset:
+        # The same Kafka record delivered twice supersedes nothing: the first is kept.
+        if current is None or supersedes(change, current):
             latest[slot] = change
     upserts = tuple(c for c in latest.values() if isinstance(c, WaitUpsert))
     deletes = tuple(c for c in latest.values() if isinstance(c, WaitDelete))
@@ -145,6 +165,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
             wait_id=_tombstone_wait_id(event.key),
             wait_partition=event.partition,
             wait_offset=event.offset,
+            wait_timestamp_ms=event.timestamp_ms,
         )
     try:
         entry = parse_wait_record(event.key, event.value, tuple(event.headers))
@@ -161,6 +182,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
         wait_id=entry.wait_id,
         wait_partition=event.partition,
         wait_offset=event.offset,
+        wait_timestamp_ms=event.timestamp_ms,
         source=source,
         headers_json=_header_text(event.headers, ORIGINAL_HEADERS),
         expires_at=entry.expires_at,
@@ -224,6 +246,7 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("wait_id", "uuid"),
     ("wait_partition", "integer"),
     ("wait_offset", "bigint"),
+    ("wait_timestamp_ms", "bigint"),
     ("is_tombstone", "boolean"),
     ("original_topic", "text"),
     ("original_partition", "integer"),
@@ -239,7 +262,7 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 StageValues = tuple[
-    str, uuid.UUID, int, int, bool,
+    str, uuid.UUID, int, int, int, bool,
     str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
     datetime | None, str | None, str | None, bool | None,
 ]  # fmt: skip
@@ -249,12 +272,14 @@ def stage_values(change: WaitChange) -> StageValues:
     """`change` as one staging-table row, in STAGE_COLUMNS order (NULLs for a delete)."""
     if isinstance(change, WaitDelete):
         return (
-            change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, True,
+            change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset,
+            change.wait_timestamp_ms, True,
             None, None, None, None, None, None, None, None, None, None, None,
         )  # fmt: skip
     source = change.source
     return (
-        change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset, False,
+        change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset,
+        change.wait_timestamp_ms, False,
         source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
         change.headers_json, source.value, change.expires_at,
         change.dlq_topic, change.group, change.derived,

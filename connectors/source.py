@@ -69,22 +69,26 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 """
 
-# The offset guard marks only the version that was sent, should a caller hold a stale row.
+# The (partition, offset) guard marks only the version that was sent, should a caller hold a
+# stale row.
 _MARK_SENT = """
 UPDATE wait SET dlq_sent_at = now(), updated_at = now()
-FROM unnest(%s::text[], %s::uuid[], %s::bigint[]) AS sent(wait_topic, wait_id, wait_offset)
+FROM unnest(%s::text[], %s::uuid[], %s::integer[], %s::bigint[])
+     AS sent(wait_topic, wait_id, wait_partition, wait_offset)
 WHERE wait.wait_topic = sent.wait_topic
   AND wait.wait_id = sent.wait_id
+  AND wait.wait_partition = sent.wait_partition
   AND wait.wait_offset = sent.wait_offset
 """
 
 
 _MARK_PARKED = """
 UPDATE wait SET dlq_failed_at = now(), dlq_error = parked.reason, updated_at = now()
-FROM unnest(%s::text[], %s::uuid[], %s::bigint[], %s::text[])
-     AS parked(wait_topic, wait_id, wait_offset, reason)
+FROM unnest(%s::text[], %s::uuid[], %s::integer[], %s::bigint[], %s::text[])
+     AS parked(wait_topic, wait_id, wait_partition, wait_offset, reason)
 WHERE wait.wait_topic = parked.wait_topic
   AND wait.wait_id = parked.wait_id
+  AND wait.wait_partition = parked.wait_partition
   AND wait.wait_offset = parked.wait_offset
 """
 
@@ -149,6 +153,7 @@ def mark_sent(conn: psycopg.Connection, rows: list[ExpiredWait]) -> None:
         (
             [row.wait_topic for row in rows],
             [row.wait_id for row in rows],
+            [row.wait_partition for row in rows],
             [row.wait_offset for row in rows],
         ),
     )
@@ -170,6 +175,7 @@ def mark_parked(conn: psycopg.Connection, parked: list[tuple[ExpiredWait, str]])
         (
             [row.wait_topic for row, _ in parked],
             [row.wait_id for row, _ in parked],
+            [row.wait_partition for row, _ in parked],
             [row.wait_offset for row, _ in parked],
             [reason.replace("\x00", "\\x00") for _, reason in parked],
         ),

@@ -1,7 +1,8 @@
 """The mirror's writes, made by the executors: each Spark partition of a batch applies itself.
 
-`pending_changes` partitions a batch by (wait-topic partition, key), so every record of a wait
-id is in the same Spark partition and two partitions never touch the same row: each applies its
+`pending_changes` partitions a batch by key, so every record of a wait id (in two wait-topic
+partitions too, once the topic grew) is in the same Spark partition and two Spark partitions
+never touch the same row: each applies its
 records with `connectors.sink.apply_batch` (COPY into the session's staging table, then the
 merge, one transaction) on its own PostgreSQL connection, and returns only its counts. The
 driver sums them; no record travels to the driver. A batch applied again after a failure is

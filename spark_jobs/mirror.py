@@ -58,12 +58,16 @@ def pending_changes(batch: DataFrame) -> DataFrame:
     text (binary values in base64): a column of nested structs is several times slower to bring
     into Python, row by row. A tombstone that closes a wait needs only its key, so its headers
     stay behind (they cost more to bring over than everything else in the row).
+
+    The batch is distributed by key alone, so all of a wait id's records — in two partitions
+    once the wait topic has grown — reach one sink task, which orders them (`supersedes`).
     """
-    by_key = Window.partitionBy("partition", "key")
+    by_key = Window.partitionBy("partition", "key")  # clustered by key: no second shuffle
     closes = F.col("value").isNull() & F.col("key").cast("string").rlike(_CANONICAL_UUID)
     is_last = F.col("offset") == F.max("offset").over(by_key)
     return (
-        batch.withColumn("closed_at", F.max(F.when(closes, F.col("offset"))).over(by_key))
+        batch.repartition("key")
+        .withColumn("closed_at", F.max(F.when(closes, F.col("offset"))).over(by_key))
         .withColumn("records", F.when(is_last, F.count(F.lit(1)).over(by_key)).otherwise(0))
         .withColumn("newest_ms", F.when(is_last, F.max(F.unix_millis("timestamp")).over(by_key)))
         .where(F.col("closed_at").isNull() | (F.col("offset") >= F.col("closed_at")))
@@ -71,6 +75,7 @@ def pending_changes(batch: DataFrame) -> DataFrame:
             "topic",
             "partition",
             "offset",
+            F.unix_millis("timestamp").alias("timestamp_ms"),
             "key",
             "value",
             F.when(closes, F.lit(None)).otherwise(F.to_json("headers")).alias("headers_json"),
@@ -83,7 +88,7 @@ def pending_changes(batch: DataFrame) -> DataFrame:
 def to_wait_event(row: Row) -> WaitEvent:
     """A row of `pending_changes` as the sink's WaitEvent."""
     # Unpacked by position: Row's by-name lookup costs as much as the rest of this function.
-    topic, partition, offset, key, value, headers_json, _records, _newest_ms = row
+    topic, partition, offset, timestamp_ms, key, value, headers_json, _records, _newest_ms = row
     headers = () if headers_json is None else tuple(
         # to_json leaves out a null value; Kafka allows null header values.
         (str(h["key"]), None if h.get("value") is None else base64.b64decode(h["value"]))
@@ -96,6 +101,7 @@ def to_wait_event(row: Row) -> WaitEvent:
         key=None if key is None else bytes(key),
         value=None if value is None else bytes(value),
         headers=headers,
+        timestamp_ms=timestamp_ms,
     )
 
 

@@ -10,7 +10,7 @@ mirror was stopped for hours. `once` runs one cycle instead: an `availableNow` q
 everything in the topic at its start T, then the sweep of rows expired before T.
 
 Mirror, per micro-batch (`foreachBatch`): Spark drops the records that a later tombstone of the
-same key closes (`pending_changes`) and partitions the rest by (wait-topic partition, key); each
+same key closes (`pending_changes`) and partitions the rest by key; each
 Spark partition applies itself on its executor in one PostgreSQL transaction
 (spark_jobs/executor_sink.py) and returns its counts. Applying a batch twice changes nothing, so
 a batch replayed after a crash, before its checkpoint commit, is harmless.

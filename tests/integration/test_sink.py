@@ -48,14 +48,18 @@ class WaitTopic:
         return wait_id_for(self.group, "orders", 1, source_offset)
 
     def prepare(
-        self, source_offset: int, wait_offset: int, expires_at: datetime = EXPIRES
+        self, source_offset: int, wait_offset: int, expires_at: datetime = EXPIRES, *,
+        partition: int = 0, at_ms: int = 0,
     ) -> WaitEvent:
         record = wait_record(self.source(source_offset), self.group, expires_at)
-        return WaitEvent(self.name, 0, wait_offset, record.key, record.value, record.headers)
+        return WaitEvent(self.name, partition, wait_offset, record.key, record.value,
+                         record.headers, timestamp_ms=at_ms)
 
-    def tombstone(self, source_offset: int, wait_offset: int) -> WaitEvent:
+    def tombstone(self, source_offset: int, wait_offset: int, *, partition: int = 0,
+                  at_ms: int = 0) -> WaitEvent:
         record = wait_tombstone(self.source(source_offset), self.group, EXPIRES)
-        return WaitEvent(self.name, 0, wait_offset, record.key, record.value, record.headers)
+        return WaitEvent(self.name, partition, wait_offset, record.key, record.value,
+                         record.headers, timestamp_ms=at_ms)
 
     def apply(self, conn: psycopg.Connection, events: list[WaitEvent]) -> MirrorResult:
         return apply_batch(conn, events, dlq_topic=self.dlq, group=self.group)
@@ -188,6 +192,49 @@ def test_an_older_batch_applied_late_does_not_regress_a_row(
         "SELECT wait_expiration_time FROM wait WHERE wait_id = %s", (topic.wait_id(1),)
     ).fetchone() or (None,)
     assert expires_at == newer
+
+
+# A wait topic that grew: the first attempt's prepare stayed in partition 0 (high offset), the
+# pod crashed, and the retry was prepared and closed in new partition 3 (low offsets, later).
+FIRST_ATTEMPT_MS, RETRY_MS = 1_700_000_000_000, 1_700_000_005_000
+
+
+def _first_attempt(topic: WaitTopic) -> WaitEvent:
+    return topic.prepare(1, 500, partition=0, at_ms=FIRST_ATTEMPT_MS)
+
+
+def _retry(topic: WaitTopic) -> list[WaitEvent]:
+    return [topic.prepare(1, 2, partition=3, at_ms=RETRY_MS),
+            topic.tombstone(1, 3, partition=3, at_ms=RETRY_MS + 200)]
+
+
+@pytest.mark.parametrize("batches", [
+    pytest.param(lambda t: [[_first_attempt(t)], _retry(t)], id="retry-in-a-later-batch"),
+    pytest.param(lambda t: [[_first_attempt(t), *_retry(t)]], id="all-in-one-batch"),
+    pytest.param(lambda t: [_retry(t)[:1], [_first_attempt(t)], _retry(t)[1:]],
+                 id="first-attempt-applied-late"),
+])
+def test_a_wait_ids_records_in_two_partitions_are_ordered_by_time_not_offset(
+    conn: psycopg.Connection, topic: WaitTopic,
+    batches: Callable[[WaitTopic], list[list[WaitEvent]]],
+) -> None:
+    """Offsets of different partitions do not compare: the retry's tombstone (partition 3,
+    offset 3) is newer than the first attempt's prepare (partition 0, offset 500) by its Kafka
+    timestamp. Before, offset 500 won and the row stayed open until it expired into the DLQ —
+    a DLQ record for a record that was called and closed."""
+    for batch in batches(topic):
+        topic.apply(conn, batch)
+    assert open_waits(conn, topic) == {}
+
+
+def test_within_a_partition_the_offset_orders_even_against_the_clock(
+    conn: psycopg.Connection, topic: WaitTopic
+) -> None:
+    """Two pods with skewed clocks wrote one partition: the later offset wins although its
+    timestamp is earlier."""
+    topic.apply(conn, [topic.prepare(1, 7, partition=2, at_ms=RETRY_MS)])
+    topic.apply(conn, [topic.tombstone(1, 8, partition=2, at_ms=FIRST_ATTEMPT_MS)])
+    assert open_waits(conn, topic) == {}
 
 
 def test_bad_records_are_stored_as_rejects_and_the_rest_is_applied(

@@ -3,8 +3,11 @@ id, or a reject) and the registry listing's cell formatting."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import random
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -24,6 +27,7 @@ from connectors.rows import (
     plan_batch,
     reject_values,
     stage_values,
+    supersedes,
 )
 from dispatcher.wire import (
     ORIGINAL_PARTITION,
@@ -107,6 +111,7 @@ def test_prepare_becomes_an_upsert_carrying_the_original_record() -> None:
             wait_id=wait_id_of(src),
             wait_partition=0,
             wait_offset=41,
+            wait_timestamp_ms=0,
             source=src,
             headers_json=encode_original_headers(src.headers),
             expires_at=EXPIRES,
@@ -121,14 +126,14 @@ def test_prepare_becomes_an_upsert_carrying_the_original_record() -> None:
 def test_tombstone_becomes_a_delete_of_its_wait_id() -> None:
     src = source()
     result = plan(tombstone(src, 42))
-    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 42),)
+    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 42, 0),)
     assert result.upserts == ()
 
 
 def test_bare_tombstone_with_only_a_key_closes_the_wait() -> None:
     wait_id = wait_id_of(source())
     event = WaitEvent(WAIT_TOPIC, 3, 9, str(wait_id).encode(), None, ())
-    assert plan(event).deletes == (WaitDelete(WAIT_TOPIC, wait_id, 3, 9),)
+    assert plan(event).deletes == (WaitDelete(WAIT_TOPIC, wait_id, 3, 9, 0),)
 
 
 def test_empty_body_is_a_prepare_not_a_tombstone() -> None:
@@ -148,7 +153,7 @@ def test_tombstone_after_prepare_in_one_batch_leaves_only_the_delete() -> None:
     src = source()
     result = plan(prepare(src, 1), tombstone(src, 2))
     assert result.upserts == ()
-    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 2),)
+    assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 2, 0),)
 
 
 def test_re_prepare_after_tombstone_in_one_batch_leaves_only_the_upsert() -> None:
@@ -270,7 +275,8 @@ def test_stage_values_of_a_delete_carry_no_payload() -> None:
     payload = [
         c
         for c in STAGE_NAMES
-        if c not in {"wait_topic", "wait_id", "wait_partition", "wait_offset", "is_tombstone"}
+        if c not in {"wait_topic", "wait_id", "wait_partition", "wait_offset", "wait_timestamp_ms",
+                     "is_tombstone"}
     ]
     assert all(row[c] is None for c in payload)
 
@@ -351,6 +357,48 @@ def test_any_batching_converges_to_the_last_valid_record_per_wait_id(
             expected[wait_id] = wait_offset if step.is_prepare else -1
     assert state == {k: v for k, v in expected.items() if v >= 0}
     assert rejected == sum(not s.valid for s in steps) * (2 if replay else 1)
+
+
+# --- property: a wait id's records in several partitions (the wait topic grew) -------------
+
+
+def _located(event: WaitEvent, partition: int, at_ms: int) -> WaitEvent:
+    return dataclasses.replace(event, partition=partition, timestamp_ms=at_ms)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(0, 3)),
+                      min_size=1, max_size=12),
+       order=st.randoms(use_true_random=False))
+def test_the_latest_record_wins_whatever_order_the_partitions_arrive_in(
+    steps: list[tuple[int, bool, int]], order: random.Random
+) -> None:
+    """One wait id's records spread over partitions, timestamps rising with each partition's
+    offsets (as one writer's clock does): in any order of arrival the plan keeps the record
+    latest by (timestamp, partition, offset) — by time across partitions, by offset within."""
+    src = source()
+    next_offset: Counter[int] = Counter()
+    events = []
+    clock = 1_700_000_000_000
+    for partition, is_prepare, tick in steps:
+        clock += tick  # may stand still: equal timestamps in two partitions
+        offset = next_offset[partition] * 7 + 100 * (3 - partition)  # unrelated across partitions
+        next_offset[partition] += 1
+        event = prepare(src, offset) if is_prepare else tombstone(src, offset)
+        events.append(_located(event, partition, clock))
+    latest = max(events, key=lambda e: (e.timestamp_ms, e.partition, e.offset))
+    order.shuffle(events)
+    (change,) = plan(*events).changes()
+    assert (change.wait_partition, change.wait_offset) == (latest.partition, latest.offset)
+
+
+def test_within_a_partition_the_offset_wins_over_a_clock_that_went_back() -> None:
+    src = source()
+    older = _located(prepare(src, 5), 1, 2_000)
+    newer = _located(tombstone(src, 6), 1, 1_000)
+    assert plan(newer, older).deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 1, 6, 1_000),)
+    assert supersedes(plan(newer).deletes[0], plan(older).upserts[0])
+    assert not supersedes(plan(older).upserts[0], plan(newer).deletes[0])
 
 
 # --- registry listing cells ---------------------------------------------------------------
