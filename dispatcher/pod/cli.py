@@ -11,6 +11,7 @@ import typer
 from dispatcher.errors import ConfigError, FatalError, WaitlineError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.logs import configure_logging
+from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
 from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
 
 app = typer.Typer(add_completion=False)
@@ -124,6 +125,10 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     log_level: Annotated[str, _opt("DEBUG, INFO, WARNING, ERROR.", "LOG_LEVEL", _OBS)] = "INFO",
     event_loop: Annotated[EventLoop, _opt("auto (uvloop when installed), asyncio or uvloop.",
                                           "EVENT_LOOP", _WINDOW)] = EventLoop.AUTO,
+    gc_thresholds: Annotated[str, _opt("Python's garbage-collector thresholds gen0,gen1,gen2 "
+                                       "while the pod runs, or python for the interpreter's "
+                                       "own (700,10,10).", "GC_THRESHOLDS",
+                                       _WINDOW)] = DEFAULT_GC_THRESHOLDS,
 ) -> None:
     """Dispatch records to the counterparty, at least once (long-running; SIGTERM drains)."""
     flags = dict(locals())

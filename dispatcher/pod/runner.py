@@ -19,6 +19,7 @@ from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
 from dispatcher.pod.circuit import Circuit
+from dispatcher.pod.collector import collector_thresholds
 from dispatcher.pod.counterparty import (
     AttemptObserver,
     Counterparty,
@@ -76,8 +77,13 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
 
 
 async def run_pod(settings: DispatchSettings, stop: asyncio.Event | None = None) -> None:
-    """Run until SIGTERM/SIGINT (or `stop` is set)."""
-    stop = stop or asyncio.Event()
+    """Run until SIGTERM/SIGINT (or `stop` is set), with the pod's garbage-collector
+    thresholds (`--gc-thresholds`) for that time."""
+    with collector_thresholds(settings.collector()):
+        await _run_pod(settings, stop or asyncio.Event())
+
+
+async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
     kafka = settings.kafka()
     topics = settings.topics(local_stack=is_loopback(kafka.bootstrap_servers))
     window = settings.window()

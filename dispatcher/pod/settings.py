@@ -24,6 +24,7 @@ from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
+from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
 from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
@@ -216,6 +217,17 @@ class DispatchSettings(KafkaClientSettings):
     log_format: LogFormat = LogFormat.CONSOLE
     log_level: str = "INFO"
     event_loop: EventLoop = EventLoop.AUTO
+    gc_thresholds: str = DEFAULT_GC_THRESHOLDS
+
+    @field_validator("gc_thresholds")
+    @classmethod
+    def _valid_gc_thresholds(cls, value: str) -> str:
+        _as_field_error(lambda: parse_gc_thresholds(value))
+        return value
+
+    def collector(self) -> Thresholds | None:
+        """The garbage collector's thresholds for the pod, None to keep Python's."""
+        return parse_gc_thresholds(self.gc_thresholds)
 
     @field_validator("deadline", "wait_expiration", "commit_interval", "drain_grace",
                      "delete_retention", "rebalance_timeout", "stall_warning", mode="before")
