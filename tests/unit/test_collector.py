@@ -37,9 +37,16 @@ def test_the_flag_is_checked_with_the_other_settings() -> None:
 
 def test_thresholds_hold_inside_the_block_and_are_restored_after_it() -> None:
     before = gc.get_threshold()
-    with pytest.raises(RuntimeError), collector_thresholds((12_345, 6, 7)):
-        assert gc.get_threshold() == (12_345, 6, 7)
-        raise RuntimeError("the pod stopped")
+    inside: list[tuple[int, int, int]] = []
+
+    def stop_the_pod() -> None:
+        with collector_thresholds((12_345, 6, 7)):
+            inside.append(gc.get_threshold())
+            raise RuntimeError("the pod stopped")
+
+    with pytest.raises(RuntimeError):
+        stop_the_pod()
+    assert inside == [(12_345, 6, 7)]
     assert gc.get_threshold() == before
     with collector_thresholds(None):
         assert gc.get_threshold() == before
