@@ -201,6 +201,9 @@ def compare(
     keys: Annotated[int | None, typer.Option(
         help="Distinct record keys (for --ordering key); default: every record its own.",
         rich_help_panel=_FREE)] = None,
+    workers: Annotated[int, typer.Option(
+        help="The pod's --workers (processes sharing the window N).",
+        rich_help_panel=_FREE)] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -222,7 +225,7 @@ def compare(
         return custom_scenario(concurrency=concurrency, model=model,
                                duration_s=parse_duration_s(duration), mode=mode,
                                partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                               max_concurrency=max_concurrency, keys=keys)
+                               max_concurrency=max_concurrency, keys=keys, workers=workers)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
                              custom if concurrency is not None else None)

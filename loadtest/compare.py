@@ -214,6 +214,18 @@ def _pod_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str
             str(metrics_port)]
 
 
+def _cpu_and_rss(process: psutil.Process) -> tuple[float, int]:
+    """User+system CPU seconds and RSS bytes of the pod: its process and, with `--workers`,
+    the worker processes under it."""
+    cpu_s, rss = 0.0, 0
+    for member in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = member.cpu_times()
+            cpu_s += times.user + times.system
+            rss += member.memory_info().rss
+    return cpu_s, rss
+
+
 async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Popen[bytes],
                   spec: RunSpec, on_progress: Callable[[str], None],
                   ) -> tuple[list[Sample], dict[tuple[str, str], float]]:
@@ -224,10 +236,9 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
     last_report = started
     while time.monotonic() - started < spec.max_duration_s:
         metrics = await get_metrics(session, url)
-        cpu = process.cpu_times()
+        cpu_s, rss = _cpu_and_rss(process)
         now = time.monotonic()
-        samples.append(Sample(now - started, metric_sum(metrics, FINISHED),
-                              cpu.user + cpu.system, process.memory_info().rss,
+        samples.append(Sample(now - started, metric_sum(metrics, FINISHED), cpu_s, rss,
                               metric_sum(metrics, WINDOW)))
         if samples[-1].finished >= spec.records:
             break

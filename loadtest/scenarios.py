@@ -35,6 +35,7 @@ class RunSpec:
     rate_limit: str | None = None
     max_concurrency: int = 5000  # with concurrency "auto"
     keys: int | None = None  # distinct record keys; None: every record its own
+    workers: int = 1  # the pod's --workers (the window N is the pod's, shared among them)
 
     def pod_flags(self) -> list[str]:
         """The `waitline dispatch` flags this run adds to the harness's own."""
@@ -44,6 +45,8 @@ class RunSpec:
             flags += ["--max-concurrency", str(self.max_concurrency)]
         if self.rate_limit is not None:
             flags += ["--rate-limit", self.rate_limit]
+        if self.workers > 1:
+            flags += ["--workers", str(self.workers)]
         return flags
 
 
@@ -143,7 +146,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: str,
                     partitions: int, ordering: str, rate_limit: str | None,
-                    max_concurrency: int, keys: int | None = None) -> Scenario:
+                    max_concurrency: int, keys: int | None = None,
+                    workers: int = 1) -> Scenario:
     """A scenario from `compare`'s free parameters: one run per window in `concurrency`
     (comma-separated numbers and `auto`), each given records for about `duration_s` of steady
     state at its bound (capped at what this machine can finish)."""
@@ -159,8 +163,9 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
         else:
             raise ConfigError(f"--concurrency: {item!r} is neither a window (a whole number "
                               "≥ 1) nor auto; e.g. 10,50,200,auto")
-    if duration_s <= 0 or partitions < 1 or (keys is not None and keys < 1):
-        raise ConfigError("--duration must be positive, --partitions and --keys at least 1")
+    if duration_s <= 0 or partitions < 1 or (keys is not None and keys < 1) or workers < 1:
+        raise ConfigError("--duration must be positive, --partitions, --keys and --workers at "
+                          "least 1")
     from dispatcher.flow.ordering import OrderingMode  # noqa: PLC0415
     from dispatcher.pod.settings import Mode  # noqa: PLC0415
 
@@ -182,8 +187,9 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
         runs.append(RunSpec(mode, window, model, max(100, int(tps * (duration_s + warmup_s))),
                             warmup_s=warmup_s, max_duration_s=2 * duration_s + 30,
                             partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                            max_concurrency=max_concurrency, keys=keys))
-    return Scenario("custom", f"{mode}, N = {concurrency}, model {model}", tuple(runs))
+                            max_concurrency=max_concurrency, keys=keys, workers=workers))
+    pods = f", {workers} workers" if workers > 1 else ""
+    return Scenario("custom", f"{mode}, N = {concurrency}, model {model}{pods}", tuple(runs))
 
 
 def _either(choices: Sequence[str]) -> str:

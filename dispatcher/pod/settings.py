@@ -30,6 +30,7 @@ from dispatcher.pod.counterparty import CounterpartySettings
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_CONCURRENCY = 100_000
+MAX_WORKERS = 64
 
 T = TypeVar("T")
 
@@ -218,6 +219,7 @@ class DispatchSettings(KafkaClientSettings):
     log_level: str = "INFO"
     event_loop: EventLoop = EventLoop.AUTO
     gc_thresholds: str = DEFAULT_GC_THRESHOLDS
+    workers: int = Field(1, ge=1, le=MAX_WORKERS)
 
     @field_validator("gc_thresholds")
     @classmethod

@@ -44,13 +44,20 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "10", "mode": "turbo"}, "at-least-once, batch or bare"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
-    ({"concurrency": "10", "keys": 0}, "--keys at least 1"),
+    ({"concurrency": "10", "keys": 0}, "--keys and --workers at least 1"),
+    ({"concurrency": "10", "workers": 0}, "--keys and --workers at least 1"),
     ({"concurrency": "10", "model": "slow"}, "invalid latency model"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(change: dict[str, object],
                                                     problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         custom_scenario(**{**DEFAULTS, **change})  # type: ignore[arg-type]
+
+
+def test_workers_reach_the_pod_and_keep_the_window_the_pods() -> None:
+    run = custom_scenario(**{**DEFAULTS, "concurrency": "2000", "workers": 2}).runs[0]  # type: ignore[arg-type]
+    assert run.pod_flags()[-2:] == ["--workers", "2"]
+    assert "--concurrency" in run.pod_flags() and "2000" in run.pod_flags()
 
 
 def test_the_adaptive_scenario_sweeps_fixed_windows_beside_auto() -> None:
