@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from dispatcher.durations import parse_duration_s
@@ -221,12 +228,6 @@ class DispatchSettings(KafkaClientSettings):
     gc_thresholds: str = DEFAULT_GC_THRESHOLDS
     workers: int = Field(1, ge=1, le=MAX_WORKERS)
 
-    @field_validator("gc_thresholds")
-    @classmethod
-    def _valid_gc_thresholds(cls, value: str) -> str:
-        _as_field_error(lambda: parse_gc_thresholds(value))
-        return value
-
     def collector(self) -> Thresholds | None:
         """The garbage collector's thresholds for the pod, None to keep Python's."""
         return parse_gc_thresholds(self.gc_thresholds)
@@ -304,10 +305,11 @@ class DispatchSettings(KafkaClientSettings):
             _as_field_error(lambda: parse_rate_limit(value))
         return value
 
-    @field_validator("circuit_breaker")
+    @field_validator("circuit_breaker", "gc_thresholds")
     @classmethod
-    def _valid_breaker(cls, value: str) -> str:
-        _as_field_error(lambda: parse_breaker(value))
+    def _parses(cls, value: str, info: ValidationInfo) -> str:
+        parse = {"circuit_breaker": parse_breaker, "gc_thresholds": parse_gc_thresholds}
+        _as_field_error(lambda: parse[str(info.field_name)](value))
         return value
 
     def breaker(self) -> BreakerConfig | None:

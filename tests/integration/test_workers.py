@@ -3,10 +3,11 @@ endpoint for both, SIGTERM drains both, and a worker that dies takes the pod dow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -97,34 +98,38 @@ async def test_two_workers_share_the_partitions_behind_one_endpoint_and_drain_on
         str(wait_id): 1 for wait_id in await input_wait_ids(kafka_bootstrap, group, topic)}
 
 
+@contextlib.asynccontextmanager
+async def _idle_two_worker_pod(bootstrap: str, unique_name: Callable[[str], str],
+                               log_path: Path) -> AsyncIterator[tuple[DispatcherProcess,
+                                                                      list[int]]]:
+    """A two-worker pod on a fresh topic with nothing to do, and its workers' pids."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(bootstrap, topic, partitions=PARTITIONS)
+    async with RecordingCounterparty() as counterparty:
+        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
+                             bootstrap_servers=bootstrap, workers=2)
+        async with DispatcherProcess(argv, log_path) as pod:
+            yield pod, await _worker_pids(pod)
+
+
 async def test_a_worker_that_dies_stops_the_pod_with_a_failure_code(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic, group = unique_name("orders"), unique_name("billing")
-    await create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
-    async with RecordingCounterparty() as counterparty:
-        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
-                             bootstrap_servers=kafka_bootstrap, workers=2)
-        async with DispatcherProcess(argv, tmp_path / "pod.log") as pod:
-            first, second = await _worker_pids(pod)
-            await pod.wait_for_log(r"partitions assigned: (?!none)", timeout_s=60)
-            psutil.Process(first).send_signal(signal.SIGKILL)
-            assert await pod.wait(60) == 1
-            await wait_until(lambda: _gone([first, second]), "the other worker stopped",
-                             timeout_s=10)
-            assert re.search(r"worker 0 exited on its own \(code -9\)", pod.log())
+    async with _idle_two_worker_pod(kafka_bootstrap, unique_name, tmp_path / "pod.log") as (
+            pod, (first, second)):
+        await pod.wait_for_log(r"partitions assigned: (?!none)", timeout_s=60)
+        psutil.Process(first).send_signal(signal.SIGKILL)
+        assert await pod.wait(60) == 1
+        await wait_until(lambda: _gone([first, second]), "the other worker stopped",
+                         timeout_s=10)
+        assert re.search(r"worker 0 exited on its own \(code -9\)", pod.log())
 
 
 async def test_killing_the_supervisor_stops_its_workers(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic, group = unique_name("orders"), unique_name("billing")
-    await create_topic(kafka_bootstrap, topic, partitions=PARTITIONS)
-    async with RecordingCounterparty() as counterparty:
-        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
-                             bootstrap_servers=kafka_bootstrap, workers=2)
-        async with DispatcherProcess(argv, tmp_path / "pod.log") as pod:
-            pids = await _worker_pids(pod)
-            pod.send(signal.SIGKILL)
-            await pod.wait(10)
-            await wait_until(lambda: _gone(pids), "the orphaned workers stopped", timeout_s=60)
+    async with _idle_two_worker_pod(kafka_bootstrap, unique_name, tmp_path / "pod.log") as (
+            pod, pids):
+        pod.send(signal.SIGKILL)
+        await pod.wait(10)
+        await wait_until(lambda: _gone(pids), "the orphaned workers stopped", timeout_s=60)
