@@ -112,6 +112,8 @@ class WorkerPool:
         try:
             client_id = os.environ.get("WAITLINE_CLIENT_ID", "waitline")
             for index in range(len(self._ports)):
+                if self._stopping:  # SIGTERM while starting: start no more
+                    break
                 env = {**os.environ, "WAITLINE_CLIENT_ID": f"{client_id}-{index}"}
                 self._processes.append(await asyncio.create_subprocess_exec(
                     *self._worker_argv(index), env=env, stdin=asyncio.subprocess.DEVNULL,
