@@ -59,7 +59,7 @@ from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.turns import Turns
-from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
@@ -75,10 +75,6 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
 CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
-
-
-def _key(tp: TopicPartition) -> TopicPartitionKey:
-    return (tp.topic, tp.partition)
 
 
 class AtLeastOnceEngine:
@@ -175,11 +171,11 @@ class AtLeastOnceEngine:
             except UNREADABLE_ERRORS as exc:  # e.g. a header name that is not UTF-8
                 await read_past_unreadable(
                     self._consumer, self._watermarks.expected_next,
-                    lambda tp, records: self._start_all(_key(tp), records),
+                    lambda tp, records: self._start_all(partition_key(tp), records),
                     functools.partial(self._start_unreadable, error=exc))
 
     def _start_unreadable(self, tp: TopicPartition, offset: int, *, error: Exception) -> None:
-        key = _key(tp)
+        key = partition_key(tp)
         self._watermarks.track(key, offset)
         pending = UnpreparedRecord(self._generation[key], int(self._clock() * 1000),
                                    time.monotonic(), reason="the DLQ record of an unreadable one")
@@ -223,7 +219,7 @@ class AtLeastOnceEngine:
         self._next_partition += 1
         for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
                                                POLL_TIMEOUT_MS)).items():
-            self._start_all(_key(tp), records)
+            self._start_all(partition_key(tp), records)
 
     async def _poll_while_full(self) -> None:
         """The window stayed full: pause fetching, but keep polling so we stay in the group.
@@ -232,7 +228,7 @@ class AtLeastOnceEngine:
         self._consumer.pause(*self._consumer.assignment())
         batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
-            self._start_all(_key(tp), records)
+            self._start_all(partition_key(tp), records)
 
     def _start_all(self, key: TopicPartitionKey, records: list[ConsumerRecord[Any, Any]]) -> None:
         if records and self._watermarks.went_back(key, records[0].offset):
@@ -346,7 +342,7 @@ class AtLeastOnceEngine:
         self._watermarks.mark_prepared(key, offset)
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
-        keys = [_key(tp) for tp in revoked]
+        keys = [partition_key(tp) for tp in revoked]
         if self._turns is not None:
             for _topic, partition, offset in (r for k in keys for r in self._turns.revoke(k)):
                 self._unprepared[(_topic, partition)][offset].abandoned = True  # not called here
@@ -383,7 +379,7 @@ class AtLeastOnceEngine:
                             tp.topic, tp.partition, exc)
                 continue
             if committed is not None:
-                self._watermarks.mark_committed(_key(tp), committed)
+                self._watermarks.mark_committed(partition_key(tp), committed)
         self._joined = True
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")

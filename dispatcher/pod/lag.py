@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer
 
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
-from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class LagReporter:
         lag = 0
         for tp in self._consumer.assignment():
             highwater = self._consumer.highwater(tp)
-            committed = self._watermarks.last_committed((tp.topic, tp.partition))
+            committed = self._watermarks.last_committed(partition_key(tp))
             if highwater is not None:
                 lag += max(0, highwater - (committed or 0))
         self._metrics.commit_lag.set(lag)
@@ -77,7 +77,7 @@ class LagReporter:
         due = self._watermarks.commits_due()
         stalls = []
         for tp in self._consumer.assignment():
-            key = (tp.topic, tp.partition)
+            key = partition_key(tp)
             pending = self._unprepared.get(key)
             oldest = None
             if pending:

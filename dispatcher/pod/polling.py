@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CorruptRecordException
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.pod.watermark import TopicPartitionKey
+from dispatcher.pod.watermark import TopicPartitionKey, partition_key
 from dispatcher.wire import Failure, SourceRecord
 
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
@@ -51,9 +51,9 @@ async def read_past_unreadable(
     may be unreadable too; each is found in its turn."""
     log.warning("a fetched record cannot be parsed; reading partitions one record at a time "
                 "to find it")
-    assignment = sorted(consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
+    assignment = sorted(consumer.assignment(), key=partition_key)
     for tp in assignment:
-        expected = expected_next((tp.topic, tp.partition))
+        expected = expected_next(partition_key(tp))
         if expected is not None:
             consumer.seek(tp, expected)
     for tp in assignment:
@@ -93,7 +93,7 @@ async def fetch_fairly(consumer: AIOKafkaConsumer, free: int, turn: int,
     Each partition is asked for its share first (without waiting), starting at partition
     `turn` (mod their number; the caller moves it on each time); what is left goes to any
     partition, waiting up to `timeout_ms` when nothing was found."""
-    partitions = sorted(consumer.assignment(), key=lambda tp: (tp.topic, tp.partition))
+    partitions = sorted(consumer.assignment(), key=partition_key)
     if len(partitions) <= 1:
         return await _getmany(consumer, timeout_ms=timeout_ms, max_records=free)
     first = turn % len(partitions)

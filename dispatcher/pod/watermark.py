@@ -13,8 +13,21 @@ with the records prepared after it.
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 TopicPartitionKey = tuple[str, int]
+
+
+class _TopicPartition(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+
+
+def partition_key(tp: _TopicPartition) -> TopicPartitionKey:
+    """The bookkeeping key of a Kafka topic partition (aiokafka's TopicPartition or a record)."""
+    return (tp.topic, tp.partition)
 
 # Compaction slack: below this many stale queue entries, compacting costs more than it saves.
 _COMPACT_SLACK = 32
