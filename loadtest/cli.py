@@ -16,25 +16,26 @@ import typer
 from rich.console import Console
 
 from dispatcher.durations import parse_duration_s
-from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
+from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
 from loadtest.cli_chaos import chaos
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
 from loadtest.cli_common import fail as _fail
+from loadtest.cli_mirror import (
+    MIRROR_DURATION,
+    MIRROR_EVENTS,
+    MIRROR_RATE,
+    MIRROR_TRIGGER,
+    mirror,
+    run_mirror,
+)
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
 from loadtest.generator import produce
 from loadtest.latency import parse_model
 
 if TYPE_CHECKING:
     from loadtest.compare import RunResult
-    from loadtest.mirror_bench import MirrorBenchRow
     from loadtest.scenarios import Scenario
-
-# `waitline loadtest mirror` defaults, which `bench` runs too.
-MIRROR_EVENTS = 50_000
-MIRROR_RATE = 1000.0
-MIRROR_DURATION = "60s"
-MIRROR_TRIGGER = "1s"
 
 app = typer.Typer(
     help="Load tests: the mock counterparty with latency models, and the record generator.",
@@ -279,63 +280,7 @@ def demo(
 app.command(epilog="Example: waitline loadtest chaos --scale short --scenario kill9")(chaos)
 
 
-def _run_mirror(*, events: int, rate: float, duration: str, trigger: str,
-                bootstrap_servers: str | None, dsn: str | None) -> list[MirrorBenchRow]:
-    """The reconciliation job's mirror benchmark, with progress; exits cleanly on bad input."""
-    from loadtest.mirror_bench import MirrorBenchSpec, run_mirror_bench  # noqa: PLC0415
-
-    try:
-        spec = MirrorBenchSpec.build(events=events, rate_per_s=rate, duration=duration,
-                                     trigger=trigger)
-        servers, pg_dsn = resolve_bootstrap_servers(bootstrap_servers), resolve_pg_dsn(dsn)
-    except ConfigError as exc:
-        _fail(str(exc), CONFIG_EXIT_CODE)
-    console = Console(stderr=True)
-    console.print("[bold]reconciliation[/bold]: mirror throughput (--once) and mirror lag "
-                  f"(--trigger {trigger}) on Spark")
-    try:
-        with console.status("mirror: starting") as status:
-            return run_mirror_bench(spec, servers, pg_dsn,
-                                    on_progress=lambda text: status.update(f"mirror: {text}"))
-    except ConfigError as exc:  # e.g. the Spark Kafka connector's jars are missing
-        _fail(str(exc), CONFIG_EXIT_CODE)
-    except WaitlineError as exc:
-        _fail(str(exc), FAILURE_EXIT_CODE)
-
-
-@app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")
-def mirror(
-    *,
-    events: Annotated[int, typer.Option(
-        help="Wait events pre-filled for the throughput cycle.", min=1)] = MIRROR_EVENTS,
-    rate: Annotated[float, typer.Option(
-        help="Wait events per second of the lag flow (half prepares, half tombstones).",
-        min=0.0)] = MIRROR_RATE,
-    duration: Annotated[str, typer.Option(help="How long the lag flow runs, e.g. 60s.")] = (
-        MIRROR_DURATION),
-    trigger: Annotated[str, typer.Option(
-        help="The job's interval between cycles during the flow.")] = MIRROR_TRIGGER,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
-    dsn: Annotated[str | None, typer.Option(
-        help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local "
-             "stack.")] = None,
-) -> None:
-    """Benchmark the reconciliation job: mirror throughput and lag.
-
-    Wait events/s of one --once cycle, and the mirror lag under a steady flow with the job
-    running continuously."""
-    from loadtest.compare import write_json  # noqa: PLC0415
-    from loadtest.mirror_bench_core import markdown_table  # noqa: PLC0415
-
-    rows = _run_mirror(events=events, rate=rate, duration=duration, trigger=trigger,
-                       bootstrap_servers=bootstrap_servers, dsn=dsn)
-    typer.echo(markdown_table(rows))
-    if json_path:
-        write_json(rows, json_path)
-        typer.echo(f"JSON: {json_path}")
+app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")(mirror)
 
 
 @app.command("handler-cpu", epilog="Example: waitline loadtest handler-cpu --rounds 3")
@@ -394,7 +339,7 @@ def bench(
     cpu = (section(asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
                                                Path("reports/handler-cpu"))))
            if handler_cpu else "")
-    mirror_rows = (_run_mirror(events=MIRROR_EVENTS, rate=MIRROR_RATE, duration=MIRROR_DURATION,
+    mirror_rows = (run_mirror(events=MIRROR_EVENTS, rate=MIRROR_RATE, duration=MIRROR_DURATION,
                                trigger=MIRROR_TRIGGER, bootstrap_servers=bootstrap_servers,
                                dsn=dsn)
                    if mirror else [])
