@@ -13,7 +13,7 @@ from dispatcher.errors import ConfigError, FatalError, WaitlineError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.logs import configure_logging
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
-from dispatcher.pod.settings import DispatchSettings, EventLoop, LogFormat, Mode, load_settings
+from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
 
 app = typer.Typer(add_completion=False)
 
@@ -37,22 +37,6 @@ _TOPICS = "Topics"
 _WINDOW = "Window and deadlines"
 _OBS = "Observability"
 FATAL_EXIT_CODE = 3  # a fatal error after start (2: bad configuration or set-up)
-
-
-def _run_workers(settings: DispatchSettings) -> int:
-    """`--workers K`: K one-worker pods with this command's flags; their exit code."""
-    from dispatcher.pod.workers import WorkerPool, shares  # noqa: PLC0415 - keep `--help` fast
-
-    count = settings.workers
-    if settings.concurrency == "auto":
-        flags = [["--min-concurrency", str(low), "--max-concurrency", str(high)]
-                 for low, high in zip(shares(settings.min_concurrency, count),
-                                      shares(settings.max_concurrency, count), strict=True)]
-    else:
-        flags = [["--concurrency", str(n)] for n in shares(settings.concurrency, count)]
-    obs = settings.observability()
-    pool = WorkerPool(sys.argv[1:], flags, obs.metrics_host, obs.metrics_port)
-    return asyncio.run(pool.run())
 
 
 def _opt(help_text: str, env: str, panel: str) -> Any:
@@ -158,7 +142,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
         settings = load_settings(**flags)
         configure_logging(settings.log_format, settings.log_level)
         if settings.workers > 1:
-            raise typer.Exit(_run_workers(settings))
+            from dispatcher.pod.workers import run_workers  # noqa: PLC0415 - keep --help fast
+
+            raise typer.Exit(run_workers(settings, sys.argv[1:]))
         run_event_loop(run_pod(settings), settings.event_loop)
     except FatalError as exc:  # it ran, then could not go on safely: restart it
         typer.echo(f"fatal: {exc}", err=True)

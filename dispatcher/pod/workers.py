@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from dispatcher.devstack.processes import free_ports
+from dispatcher.pod.settings import DispatchSettings
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,20 @@ def shares(total: int, workers: int) -> list[int]:
     """`total` split over `workers` as evenly as whole numbers allow, none below 1."""
     base, extra = divmod(total, workers)
     return [max(1, base + (1 if index < extra else 0)) for index in range(workers)]
+
+
+def run_workers(settings: DispatchSettings, argv: Sequence[str]) -> int:
+    """`--workers K`: K one-worker pods run with `argv` (this command's arguments), each with
+    its share of the window; the pod's exit code."""
+    count = settings.workers
+    if settings.concurrency == "auto":
+        flags = [["--min-concurrency", str(low), "--max-concurrency", str(high)]
+                 for low, high in zip(shares(settings.min_concurrency, count),
+                                      shares(settings.max_concurrency, count), strict=True)]
+    else:
+        flags = [["--concurrency", str(n)] for n in shares(settings.concurrency, count)]
+    obs = settings.observability()
+    return asyncio.run(WorkerPool(argv, flags, obs.metrics_host, obs.metrics_port).run())
 
 
 class WorkerPool:
