@@ -64,7 +64,6 @@ _CREATE_STAGE = (
 _COPY_STAGE = f"COPY {_STAGE_TABLE} ({', '.join(_STAGE_NAMES)}) FROM STDIN (FORMAT BINARY)"
 
 
-
 def _supersedes(new: str, current: str) -> str:
     """SQL: the record `new` is later than the row `current` (`connectors.rows.supersedes`)."""
     return (f"CASE WHEN {current}.wait_partition = {new}.wait_partition"
