@@ -4,13 +4,17 @@ fresh group with its wait and DLQ topics (`waits`), and ways to write and read t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import shutil
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import psycopg
 import pytest
@@ -218,3 +222,30 @@ def run_in_thread(job: ReconcileJob) -> tuple[threading.Thread, list[BaseExcepti
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
     return runner, errors
+
+
+class _Service(Protocol):
+    def start(self) -> None: ...
+    def wait_healthy(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Service)
+
+
+@contextlib.contextmanager
+def service_of_its_own(make: Callable[[Path], S], prefix: str) -> Iterator[S]:
+    """A service (`make(home)`) of the test's own, started and healthy; stopped and its folder
+    removed after. The folder is not under pytest's temp root: pytest resets that to mode 0700
+    whenever another pytest run starts, and a server running as another user (PostgreSQL's
+    `postgres`) would lose access to its data."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    home.chmod(0o755)
+    service = make(home)
+    try:
+        service.start()
+        service.wait_healthy()
+        yield service
+    finally:
+        service.stop()
+        shutil.rmtree(home, ignore_errors=True)

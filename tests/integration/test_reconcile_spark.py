@@ -7,8 +7,6 @@ group, wait topic, DLQ topic and checkpoint, so tests share the broker and the d
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,7 +16,14 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
-from reconcile_helpers import LATER, WaitTopic, run_cycle, run_in_thread, wait_until
+from reconcile_helpers import (
+    LATER,
+    WaitTopic,
+    run_cycle,
+    run_in_thread,
+    service_of_its_own,
+    wait_until,
+)
 
 from dispatcher.devstack.stack import PostgresService, free_port
 from dispatcher.errors import ConfigError
@@ -162,19 +167,10 @@ def test_restart_from_checkpoint_resumes_without_loss_or_duplicates(
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresService]:
     """A PostgreSQL of this test's own, which it may stop and start."""
-    # Not under pytest's temp root: pytest resets that to mode 0700 whenever another pytest
-    # run starts, and the server (user `postgres`) would then lose access to its data folder.
-    home = Path(tempfile.mkdtemp(prefix="waitline-pg-outage-"))
-    home.chmod(0o755)
-    service = PostgresService(home, free_port())
-    try:
-        service.start()
-        service.wait_healthy()
+    with service_of_its_own(lambda home: PostgresService(home, free_port()),
+                            "waitline-pg-outage-") as service:
         service.ensure_database()
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 class TrafficGenerator(threading.Thread):

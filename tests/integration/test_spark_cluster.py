@@ -5,16 +5,14 @@ connector's jars shipped from `.cache/`, the mirror's writes made on the worker'
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from reconcile_helpers import WaitTopic
+from reconcile_helpers import WaitTopic, service_of_its_own
 
 from dispatcher.devstack.processes import free_ports
 from dispatcher.devstack.spark import SparkClusterService, SparkPorts, spark_home
@@ -26,16 +24,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SparkClusterService]:
-    home = Path(tempfile.mkdtemp(prefix="waitline-spark-"))
-    service = SparkClusterService(home, SparkPorts(*free_ports(3)), worker_cores=2,
-                                  worker_memory="1g")  # fmt: skip
-    try:
-        service.start()
-        service.wait_healthy()
+    with service_of_its_own(lambda home: SparkClusterService(
+            home, SparkPorts(*free_ports(3)), worker_cores=2, worker_memory="1g"),
+            "waitline-spark-") as service:
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def spark_submit(
