@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S = 10.0
 BATCH_OVERHEAD_BYTES = 61  # a record batch's header, counted against max.message.bytes
+# aiokafka's default batch is 16 KiB: with thousands of writes in flight, every send that finds
+# its partition's batch full waits for the drain and retries, so CPU per record grew with the
+# window (docs/BENCHMARKS.md, "Producer batches"). With linger 0 a batch is only as large as
+# the writes waiting for it, so a small window is unaffected.
+PRODUCER_BATCH_BYTES = 1024 * 1024
 _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, ClientRecordTooLargeError)
 Header = tuple[str, bytes | None]
 
@@ -141,6 +146,13 @@ async def send_null_key_and_value(producer: AIOKafkaProducer, topic: str,
     delivered = await producer.send_batch(batch, topic, partition=partition)
     await delivered
     return partition
+
+
+def producer_batch_bytes(topic_limits: Mapping[str, int]) -> int:
+    """The producer's batch size: `PRODUCER_BATCH_BYTES`, or less if a written topic's
+    `max.message.bytes` is smaller (the broker rejects a whole batch over the limit, and with it
+    every record in the batch)."""
+    return min([PRODUCER_BATCH_BYTES, *topic_limits.values()])
 
 
 def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:

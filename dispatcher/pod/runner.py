@@ -28,7 +28,13 @@ from dispatcher.pod.counterparty import (
     observe_all,
 )
 from dispatcher.pod.engine import AtLeastOnceEngine
-from dispatcher.pod.kafka_io import AckedWriter, make_consumer, make_producer, stop_quietly
+from dispatcher.pod.kafka_io import (
+    AckedWriter,
+    make_consumer,
+    make_producer,
+    producer_batch_bytes,
+    stop_quietly,
+)
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import (
     DispatchSettings,
@@ -105,7 +111,7 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         log.info("stopped before start")
         return
     metrics = DispatcherMetrics()
-    producer = make_producer(kafka)
+    producer = make_producer(kafka, max_batch_size=producer_batch_bytes(limits))
     consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency,
                              rebalance_timeout_ms=int(window.rebalance_timeout_s * 1000))
     server: MetricsServer | None = None
