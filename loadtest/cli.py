@@ -216,6 +216,7 @@ def compare(
     from loadtest.compare import (  # noqa: PLC0415
         markdown_table,
         overhead_lines,
+        saturation_lines,
         write_json,
         write_plot,
     )
@@ -231,7 +232,7 @@ def compare(
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
                              custom if concurrency is not None else None)
     typer.echo(markdown_table(results))
-    typer.echo("\n".join(overhead_lines(results)))
+    typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)))
     if json_path:
         write_json(results, json_path)
         typer.echo(f"JSON: {json_path}")

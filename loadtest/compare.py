@@ -285,6 +285,27 @@ def overhead_lines(rows: Sequence[RunResult]) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+SATURATION_GOAL = 0.95  # TPS at a large fixed window / the best TPS at any N (issue 11)
+LARGE_WINDOW = 2000  # windows past what one event loop serves on this machine
+
+
+def saturation_lines(rows: Sequence[RunResult]) -> list[str]:
+    """For each at-least-once run at a fixed N ≥ `LARGE_WINDOW` beside smaller ones on the
+    same model: its TPS / the best TPS at any N of the rows, next to its goal (no collapse
+    past saturation). Nothing when the rows hold no such run."""
+    fixed = [r for r in rows if r.mode == "at-least-once" and isinstance(r.concurrency, int)]
+    lines = []
+    for row in fixed:
+        peers = [r for r in fixed if r.model == row.model]
+        best = max(peers, key=lambda r: r.tps)
+        large = isinstance(row.concurrency, int) and row.concurrency >= LARGE_WINDOW
+        if large and len(peers) > 1 and best.tps > 0:
+            lines.append(f"- N = {row.concurrency}: TPS / best TPS at any N = "
+                         f"{row.tps:.0f} / {best.tps:.0f} (N = {best.concurrency}) = "
+                         f"{row.tps / best.tps:.2f} (goal ≥ {SATURATION_GOAL:g})")
+    return [*lines, ""] if lines else []
+
+
 class JsonRow(Protocol):
     def as_json(self) -> dict[str, object]: ...
 

@@ -15,6 +15,7 @@ from loadtest.compare import (
     RunResult,
     markdown_table,
     overhead_lines,
+    saturation_lines,
     write_json,
     write_plot,
 )
@@ -63,11 +64,17 @@ def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> li
     ]
 
 
+KEEP_MARKER = ("<!-- Below: figures measured by hand, each with the command that reproduces it; "
+               "`make bench` rewrites everything above this line and keeps everything below "
+               "it. -->")
+
+
 def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: Path, *,
                      mirror_rows: Sequence[MirrorBenchRow] = (),
                      handler_cpu: str = "") -> None:
     """Rewrite `out`: the scenarios, then the handler seam's CPU section (markdown, from
-    `loadtest.pod_cpu.section`) and the reconciliation job's, when measured."""
+    `loadtest.pod_cpu.section`) and the reconciliation job's, when measured; the part of an
+    existing `out` below `KEEP_MARKER` (figures measured by hand) is kept as it is."""
     stem = out.with_suffix("")
     json_path, plot_path = stem.with_name("benchmarks.json"), stem.with_name("benchmarks.png")
     mirror_json_path = stem.with_name("benchmarks-reconcile.json")
@@ -92,7 +99,7 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
     for name in scenario_names:
         rows = [r for r in results if r.scenario == name]
         parts += [f"## {name}", "", SCENARIOS[name].description, "", markdown_table(rows), ""]
-        parts += overhead_lines(rows)
+        parts += overhead_lines(rows) + saturation_lines(rows)
     parts += [f"![throughput vs bound]({plot_path.name})", "",
               f"Raw rows: [{json_path.name}]({json_path.name}).", ""]
     if handler_cpu:
@@ -101,4 +108,12 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
         write_json(mirror_rows, mirror_json_path)
         parts += reconciliation_section(mirror_rows, mirror_json_path.name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(parts))
+    out.write_text("\n".join(parts) + "\n" + kept_part(out))
+
+
+def kept_part(out: Path) -> str:
+    """The part of `out` that `write_benchmarks` keeps: from `KEEP_MARKER` to the end (just the
+    marker for a new file or one without it)."""
+    text = out.read_text() if out.exists() else ""
+    start = text.find(KEEP_MARKER)
+    return text[start:] if start >= 0 else KEEP_MARKER + "\n"

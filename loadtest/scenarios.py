@@ -88,12 +88,14 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "scale",
-            "At-least-once with the seed model at N = 200, 1000 and 2000: does throughput keep "
-            "following Little's law as the window grows?",
+            "At-least-once with the seed model at N = 200, 1000, 2000 and 5000: does throughput "
+            "keep following Little's law as the window grows, and hold once one event loop "
+            "binds?",
             (
                 RunSpec("at-least-once", 200, "seed", 20_000, max_duration_s=60.0),
                 RunSpec("at-least-once", 1000, "seed", 60_000, max_duration_s=60.0),
                 RunSpec("at-least-once", 2000, "seed", 90_000, max_duration_s=60.0),
+                RunSpec("at-least-once", 5000, "seed", 90_000, max_duration_s=60.0),
             ),
         ),
         Scenario(
