@@ -10,6 +10,12 @@ counterparty that refuses connections opens the circuit within its first retries
 first 60 s deadlines. Only evidence gathered in the current state counts: a result is ignored
 unless its attempt started at or after the state was entered.
 
+The window is one of *start* times: a failed attempt is judged with the attempts that started
+in the `window_s` before it (in buckets of a twentieth of the window). A call that hangs to its
+deadline finishes long after the calls that started beside it; judged by finish time, a window
+clogged with hung calls sees nothing but their timeouts, and a counterparty that hangs on 5% of
+calls looked down (BENCHMARKS.md, timeout-storm). A success never opens the circuit.
+
 New records: a closed circuit admits them, an open one none. A half-open one admits one at a
 time, and only while no call is in flight: calls still in flight keep retrying to their
 deadline, and their next attempts are the probes, so a long outage sends no more records to the
@@ -21,7 +27,6 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +60,9 @@ class CallResult(enum.StrEnum):
 
 @dataclass(frozen=True)
 class BreakerConfig:
-    """Open at `failure_rate` of the calls finished in the last `window_s` (once there are
-    `min_calls` of them); stay open `open_s`; close after `probes` successful probe calls."""
+    """Open when a call fails and `failure_rate` of the calls that started in the `window_s`
+    before it have failed (once there are `min_calls` of them); stay open `open_s`; close after
+    `probes` successful probe calls."""
 
     failure_rate: float = 0.5
     window_s: float = 10.0
@@ -110,6 +116,10 @@ _PARSE_OF: dict[str, Callable[[str], float]] = {
     "probes": int}
 
 
+BUCKETS_PER_WINDOW = 20
+DEFAULT_HORIZON_S = 600.0  # results of attempts that started longer ago are ignored
+
+
 @dataclass(frozen=True)
 class Transition:
     """A state change, for metrics and logs."""
@@ -124,13 +134,19 @@ class CircuitBreaker:
     """The state machine; every method takes the current time `now` in seconds."""
 
     def __init__(self, config: BreakerConfig, now: float,
-                 on_transition: Callable[[Transition], None] | None = None) -> None:
+                 on_transition: Callable[[Transition], None] | None = None,
+                 horizon_s: float = DEFAULT_HORIZON_S) -> None:
+        """`horizon_s`: how late a result may arrive after its attempt started and still count
+        (at least the longest attempt: the call deadline)."""
         self.config = config
         self._on_transition = on_transition
         self._state = CircuitState.CLOSED
         self._since = now  # when the current state was entered
-        self._window: deque[tuple[float, bool]] = deque()  # (finished at, failed), closed only
-        self._window_failures = 0
+        self._bucket_s = config.window_s / BUCKETS_PER_WINDOW
+        self._horizon_buckets = math.ceil((horizon_s + config.window_s) / self._bucket_s)
+        # closed only: start-time bucket -> [attempts, failures]
+        self._buckets: dict[int, list[int]] = {}
+        self._pruned_at = self.bucket_of(now)
         self._probes_succeeded = 0
 
     @property
@@ -159,7 +175,7 @@ class CircuitBreaker:
         if started_at < self._since:
             return  # evidence from before this state: see the module docstring
         if self._state is CircuitState.CLOSED:
-            self._record_closed(result.failed, now)
+            self._record_closed(result.failed, started_at, now)
         elif self._state is CircuitState.HALF_OPEN:
             if result.failed:
                 self._enter(CircuitState.OPEN, now, f"probe call failed: {result.value}")
@@ -171,32 +187,53 @@ class CircuitBreaker:
         # OPEN: results are ignored; after open_s the next attempts probe.
 
     def failure_rate(self, now: float) -> float:
-        """The failure share in the closed window at `now` (0 with no calls), for metrics."""
-        self._forget_before(now - self.config.window_s)
-        return self._window_failures / len(self._window) if self._window else 0.0
+        """The failure share of the finished attempts that started in the window before `now`
+        (0 with none), for metrics."""
+        calls, failures = self._window_before(self.bucket_of(now))
+        return failures / calls if calls else 0.0
 
-    def _record_closed(self, failed: bool, now: float) -> None:
-        self._window.append((now, failed))
-        self._window_failures += failed
-        self._forget_before(now - self.config.window_s)
-        calls = len(self._window)
-        if calls >= self.config.min_calls:
-            rate = self._window_failures / calls
-            if rate >= self.config.failure_rate:
-                self._enter(CircuitState.OPEN, now, f"{self._window_failures} of the last "
-                            f"{calls} calls failed within {self.config.window_s:g}s")
+    def bucket_of(self, at: float) -> int:
+        """The start-time bucket of an attempt started `at`."""
+        return math.floor(at / self._bucket_s)
 
-    def _forget_before(self, cutoff: float) -> None:
-        while self._window and self._window[0][0] < cutoff:
-            _, failed = self._window.popleft()
-            self._window_failures -= failed
+    def _record_closed(self, failed: bool, started_at: float, now: float) -> None:
+        self._prune(now)
+        bucket = self.bucket_of(started_at)
+        if bucket < self.bucket_of(now) - self._horizon_buckets:
+            return  # started longer ago than any attempt lasts: nothing to judge it with
+        counts = self._buckets.setdefault(bucket, [0, 0])
+        counts[0] += 1
+        counts[1] += failed
+        if not failed:
+            return
+        calls, failures = self._window_before(bucket)
+        if calls >= self.config.min_calls and failures / calls >= self.config.failure_rate:
+            self._enter(CircuitState.OPEN, now, f"{failures} of {calls} calls started within "
+                        f"{self.config.window_s:g}s failed")
+
+    def _window_before(self, bucket: int) -> tuple[int, int]:
+        """(attempts, failures) started in the window that ends with `bucket`."""
+        calls = failures = 0
+        for key in range(bucket - BUCKETS_PER_WINDOW, bucket + 1):
+            if (counts := self._buckets.get(key)) is not None:
+                calls += counts[0]
+                failures += counts[1]
+        return calls, failures
+
+    def _prune(self, now: float) -> None:
+        current = self.bucket_of(now)
+        if current == self._pruned_at:
+            return
+        self._pruned_at = current
+        oldest = current - self._horizon_buckets
+        for key in [k for k in self._buckets if k < oldest]:
+            del self._buckets[key]
 
     def _enter(self, state: CircuitState, now: float, reason: str) -> None:
         transition = Transition(old=self._state, new=state, at=now, reason=reason)
         self._state = state
         self._since = now
-        self._window.clear()
-        self._window_failures = 0
+        self._buckets.clear()
         self._probes_succeeded = 0
         if self._on_transition is not None:
             self._on_transition(transition)

@@ -28,10 +28,10 @@ class Circuit:
     """One pod's circuit breaker in front of its counterparty."""
 
     def __init__(self, config: BreakerConfig, metrics: DispatcherMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, deadline_s: float = 60.0) -> None:
         self._clock = clock
         self._metrics = metrics
-        self._breaker = CircuitBreaker(config, clock(), self._transitioned)
+        self._breaker = CircuitBreaker(config, clock(), self._transitioned, horizon_s=deadline_s)
         self._show(CircuitState.CLOSED)
 
     def attempt_ended(self, result: CallResult, started_at: float) -> None:

@@ -154,7 +154,8 @@ def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: Dis
     """The circuit breaker and adaptive window (each optional), and the observer that feeds
     them every call attempt."""
     breaker = settings.breaker()
-    circuit = None if breaker is None else Circuit(breaker, metrics)
+    circuit = None if breaker is None else Circuit(breaker, metrics,
+                                                   deadline_s=settings.deadline)
     adaptive = None if window.adaptive is None else AdaptiveWindow(window.adaptive, metrics)
     return circuit, adaptive, observe_all(
         [o.attempt_ended for o in (circuit, adaptive) if o is not None])

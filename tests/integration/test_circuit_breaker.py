@@ -89,3 +89,41 @@ async def test_an_open_circuit_takes_no_new_records_and_loses_none(
     assert guarded.dead_lettered <= WINDOW + probes_at_most, guarded
     assert guarded.keys_first_called_in_outage <= probes_at_most, guarded
     assert unguarded.dead_lettered >= 2 * WINDOW, unguarded
+
+
+async def test_a_share_of_hung_calls_does_not_open_the_circuit(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every 20th call hangs past the deadline; the others answer in 20 ms. The hung calls clog
+    the window until they time out together, so in the breaker's last second only timeouts
+    finished — but most calls *started* beside them succeeded: the counterparty is up, and the
+    circuit must stay closed (before: it opened at every wave of timeouts, halving the timeout
+    storm benchmark's TPS). Each hung record reaches the DLQ, every other one is called."""
+    topic, group, records = unique_name("orders"), unique_name("billing"), 3000
+    await create_topic(bootstrap := kafka_bootstrap, topic, partitions=3)
+    await produce(bootstrap, topic, records, progress=False)
+    calls = 0
+
+    def decide(_body: bytes) -> Answer:
+        nonlocal calls
+        calls += 1
+        return Answer(delay_s=2 * DEADLINE_S if calls % 20 == 0 else 0.02)
+
+    async with RecordingCounterparty(decide) as counterparty:
+        async def finished() -> bool:
+            return (len(counterparty.calls) >= records
+                    and await fully_committed(bootstrap, group, topic)
+                    and len(await read_dlq(bootstrap, f"{group}.dlq")) >= records // 20)
+
+        with caplog.at_level("INFO", logger="dispatcher.pod.circuit"):
+            await run_pod_until(pod_settings(bootstrap, topic, group, counterparty.url,
+                                             concurrency=100, deadline=f"{DEADLINE_S:g}s",
+                                             circuit_breaker="window=1s"), finished,
+                                timeout_s=120)
+    assert [r.getMessage() for r in caplog.records if "circuit breaker open" in r.getMessage()
+            ] == []
+    dead = {str(entry.wait_id) for entry in await read_dlq(bootstrap, f"{group}.dlq")}
+    assert {entry.failure.exception for entry in await read_dlq(bootstrap, f"{group}.dlq")} == {
+        "TimeoutError"}
+    every = {str(wait_id) for wait_id in await input_wait_ids(bootstrap, group, topic)}
+    assert every - dead <= set(counterparty.calls_per_key())

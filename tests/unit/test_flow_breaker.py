@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
 from dispatcher.flow.breaker import (
+    DEFAULT_HORIZON_S,
     BreakerConfig,
     CallResult,
     CircuitBreaker,
@@ -64,7 +66,7 @@ def test_opens_at_the_failure_rate_then_half_opens_then_closes() -> None:
         (CircuitState.OPEN, CircuitState.HALF_OPEN, 7.0),
         (CircuitState.HALF_OPEN, CircuitState.CLOSED, 7.6),
     ]
-    assert "2 of the last 4 calls failed" in transitions[0].reason
+    assert "2 of 4 calls started within 10s failed" in transitions[0].reason
 
 
 def test_retries_of_calls_in_flight_are_the_probes() -> None:
@@ -152,12 +154,18 @@ class Observed:
     probe_successes: int = 0
     probe_starts: list[float] = field(default_factory=list)
     closed_since: float = 0.0
-    closed_results: list[tuple[float, bool]] = field(default_factory=list)  # (at, failed)
+    # (started at, failed), counted ones only
+    closed_results: list[tuple[float, bool]] = field(default_factory=list)
 
-    def should_open(self, config: BreakerConfig, now: float) -> bool:
-        """Reference: the closed window at `now` holds enough calls failing often enough."""
-        recent = [failed for at, failed in self.closed_results if at >= now - config.window_s]
-        return len(recent) >= config.min_calls and (
+    def should_open(self, config: BreakerConfig, started_at: float, failed: bool) -> bool:
+        """Reference: a failed call whose start-time window (the twentieth-of-a-window buckets
+        from `window_s` before its own) holds enough calls failing often enough."""
+        def bucket(at: float) -> int:
+            return math.floor(at / (config.window_s / 20))
+
+        mine = bucket(started_at)
+        recent = [f for at, f in self.closed_results if mine - 20 <= bucket(at) <= mine]
+        return failed and len(recent) >= config.min_calls and (
             sum(recent) / len(recent) >= config.failure_rate)
 
 
@@ -195,11 +203,16 @@ def test_state_machine_properties(
             if is_probe and not result.failed:
                 seen.probe_successes += 1
             was_closed = breaker.poll(now) is CircuitState.CLOSED
-            if was_closed and started_at >= seen.closed_since:
-                seen.closed_results.append((now, result.failed))
+            bucket_s = config.window_s / 20
+            horizon = math.ceil((DEFAULT_HORIZON_S + config.window_s) / bucket_s)
+            counted = was_closed and started_at >= seen.closed_since and (
+                math.floor(started_at / bucket_s) >= math.floor(now / bucket_s) - horizon)
+            if counted:
+                seen.closed_results.append((started_at, result.failed))
             breaker.record(result, started_at=started_at, now=now)
             if was_closed:
-                assert (breaker.state is CircuitState.OPEN) == seen.should_open(config, now)
+                assert (breaker.state is CircuitState.OPEN) == (
+                    counted and seen.should_open(config, started_at, result.failed))
         for transition in transitions[before:]:
             check_transition(transition, config, seen)
         if admitted:
@@ -227,3 +240,26 @@ def check_transition(transition: Transition, config: BreakerConfig, seen: Observ
         seen.probe_starts = []
         seen.closed_since = transition.at
         seen.closed_results = []
+
+
+def test_timeouts_are_judged_with_the_calls_that_started_beside_them() -> None:
+    """A window clogged by hung calls: for 60 s only their timeouts finish. Judged by finish
+    time that is 100% failures; judged by start time, 5 of 100 calls failed."""
+    breaker, transitions = make(BreakerConfig(failure_rate=0.5, window_s=10, min_calls=20))
+    for i in range(100):
+        started = i * 0.01
+        if i % 20 == 0:
+            continue  # hangs
+        breaker.record(CallResult.SUCCESS, started_at=started, now=started + 0.2)
+    for i in range(0, 100, 20):
+        breaker.record(CallResult.TIMEOUT, started_at=i * 0.01, now=60 + i * 0.01)
+    assert transitions == []
+    assert breaker.failure_rate(1.0) == 0.05
+
+
+def test_a_counterparty_that_hangs_on_every_call_opens_the_circuit_at_the_deadline() -> None:
+    breaker, transitions = make(BreakerConfig(failure_rate=0.5, window_s=10, min_calls=20))
+    for i in range(30):
+        breaker.record(CallResult.TIMEOUT, started_at=i * 0.1, now=60 + i * 0.1)
+    assert [t.new for t in transitions] == [CircuitState.OPEN]
+    assert transitions[0].at == pytest.approx(61.9)  # at the 20th timeout
