@@ -287,10 +287,11 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
                 self._mark_prepared(key, source.offset, pending)
                 return
-            prepared = await self._prepare(source, pending)
-            if turn is not None:  # --ordering: committable, and called, in its turn only
+            if turn is not None:  # --ordering: prepared (so its expiry runs), and called, in
+                # its turn only: the wait can last several deadlines
                 pending.reason = "its turn behind an earlier record of its key or partition"
                 await turn.wait()
+            prepared = None if pending.abandoned else await self._prepare(source, pending)
             if pending.abandoned:  # never marked prepared: the next owner calls it
                 log.info("%s/%d@%d: its partition was revoked before it could start; the "
                          "next owner calls it", *key, source.offset)

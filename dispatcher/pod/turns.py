@@ -1,8 +1,9 @@
 """`--ordering key|partition` for the engine: the flow core's `OrderingGate`, with an event per
 record that waits for its turn.
 
-A record is admitted when fetched (in offset order), written to the wait topic at once, and
-waits for its turn before its offset becomes committable and its call starts: a revoke then
+A record is admitted when fetched (in offset order) and waits for its turn; only then is it
+written to the wait topic (a wait of several deadlines must not eat into its wait record's
+expiration), its offset made committable and its call started: a revoke
 abandons the records still waiting (the next owner calls them, in order), so two pods never
 call records of one key at the same time. A waiting record counts toward the window.
 """
