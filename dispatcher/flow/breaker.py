@@ -188,7 +188,7 @@ class CircuitBreaker:
 
     def failure_rate(self, now: float) -> float:
         """The failure share of the finished attempts that started in the window before `now`
-        (0 with none), for metrics."""
+        (0 with none): what an opening decision at `now` would see."""
         calls, failures = self._window_before(self.bucket_of(now))
         return failures / calls if calls else 0.0
 

@@ -43,7 +43,7 @@ from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.kafka_io import AckedWriter
-from dispatcher.pod.lag import LagReporter, Unprepared, UnpreparedRecord
+from dispatcher.pod.lag import AWAITING_PREPARE, LagReporter, Unprepared, UnpreparedRecord
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
@@ -287,10 +287,11 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
                 self._mark_prepared(key, source.offset, pending)
                 return
-            if turn is not None:  # --ordering: prepared (so its expiry runs), and called, in
-                # its turn only: the wait can last several deadlines
+            if turn is not None:  # --ordering: prepared and called in its turn only (the wait
+                # can last several deadlines; it must not eat into the wait record's expiration)
                 pending.reason = "its turn behind an earlier record of its key or partition"
                 await turn.wait()
+                pending.reason = AWAITING_PREPARE
             prepared = None if pending.abandoned else await self._prepare(source, pending)
             if pending.abandoned:  # never marked prepared: the next owner calls it
                 log.info("%s/%d@%d: its partition was revoked before it could start; the "

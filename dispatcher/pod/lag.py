@@ -18,6 +18,9 @@ from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, par
 log = logging.getLogger(__name__)
 
 
+AWAITING_PREPARE = "its wait record to be acknowledged"  # what a fetched record waits for
+
+
 @dataclass
 class UnpreparedRecord:
     """A fetched record whose wait record (or DLQ record) is not yet durable."""
@@ -27,7 +30,7 @@ class UnpreparedRecord:
     fetched_at: float  # monotonic seconds
     done: asyncio.Event = field(default_factory=asyncio.Event)
     abandoned: bool = False  # its partition was revoked before the prepare finished
-    reason: str = "its wait record to be acknowledged"
+    reason: str = AWAITING_PREPARE
 
 
 Unprepared = dict[TopicPartitionKey, dict[int, UnpreparedRecord]]

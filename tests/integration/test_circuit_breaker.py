@@ -100,7 +100,8 @@ async def test_a_share_of_hung_calls_does_not_open_the_circuit(
     circuit must stay closed (before: it opened at every wave of timeouts, halving the timeout
     storm benchmark's TPS). Each hung record reaches the DLQ, every other one is called."""
     topic, group, records = unique_name("orders"), unique_name("billing"), 3000
-    await create_topic(bootstrap := kafka_bootstrap, topic, partitions=3)
+    bootstrap = kafka_bootstrap
+    await create_topic(bootstrap, topic, partitions=3)
     await produce(bootstrap, topic, records, progress=False)
     calls = 0
 
@@ -122,8 +123,8 @@ async def test_a_share_of_hung_calls_does_not_open_the_circuit(
                                 timeout_s=120)
     assert [r.getMessage() for r in caplog.records if "circuit breaker open" in r.getMessage()
             ] == []
-    dead = {str(entry.wait_id) for entry in await read_dlq(bootstrap, f"{group}.dlq")}
-    assert {entry.failure.exception for entry in await read_dlq(bootstrap, f"{group}.dlq")} == {
-        "TimeoutError"}
+    dlq = await read_dlq(bootstrap, f"{group}.dlq")
+    assert {entry.failure.exception for entry in dlq} == {"TimeoutError"}
+    dead = {str(entry.wait_id) for entry in dlq}
     every = {str(wait_id) for wait_id in await input_wait_ids(bootstrap, group, topic)}
     assert every - dead <= set(counterparty.calls_per_key())
