@@ -60,7 +60,7 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                                  "COUNTERPARTY_URL", _WINDOW)] = None,
     mode: Annotated[Mode, _opt("at-least-once (wait topic) or batch (the classic loop).",
                                "MODE", _WINDOW)] = Mode.AT_LEAST_ONCE,
-    concurrency: Annotated[str, _opt("Records in flight (the window N), or auto: grown while "
+    concurrency: Annotated[str, _opt("Calls in flight (the window N), or auto: grown while "
                                      "the counterparty's latency stays near its floor, shrunk "
                                      "when it queues or sheds load (429/5xx).", "CONCURRENCY",
                                      _WINDOW)] = "100",

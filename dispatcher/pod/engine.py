@@ -1,23 +1,19 @@
-"""The at-least-once engine: N records in flight, each prepared in the wait topic before its call.
+"""The at-least-once engine: N calls at once, each record prepared in the wait topic first.
 Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged
 → offset committable) → call (one deadline) → outcome record (result or DLQ, acknowledged) →
 tombstone (behind the window, in its prepare's partition even if the topic grew). A null value
-skips the wait topic (a tombstone there): its DLQ record's acknowledgement makes it committable.
+skips the wait topic: its DLQ record's acknowledgement makes it committable.
 
-Window: at most `concurrency` records between fetched and outcome durable (a rebalance while it
-is full may add one poll's worth, started rather than dropped); with `--concurrency auto` its
-size is the adaptive window's. A full window pauses the partitions; the poll loop keeps calling
-`getmany`, so the consumer stays in its group.
+Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
+few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
+record (`CallSlots`). A full window pauses the partitions (a rebalance may add one poll's worth);
+the poll loop keeps calling `getmany`, so the consumer stays in its group.
 
-Rebalance: on revoke we wait (at most half the rebalance timeout) for the revoked partitions'
-in-flight prepares, commit their watermark and forget them. Prepared records keep running to
-their tombstone (the registry owns them), so a clean rebalance causes no duplicate call: the
-next owner starts past them. A record whose prepare outlives that wait is abandoned: it is not
-called here (the next owner fetches and calls it). A partition's generation changes at revoke
-only, so records started while an assignment completes are never mistaken for stale ones.
-
-Commits have one owner (`Committer`). A write that can never succeed, or an unexpected error in
-a record's task, stops the engine at once: `run` raises `FatalError` (docs/DESIGN.md).
+Rebalance: revoke waits (at most half the rebalance timeout) for the revoked partitions'
+prepares, commits and forgets them; prepared records run on to their tombstone, so a clean
+rebalance calls nothing twice. A record whose prepare outlives the wait is left to the next
+owner. Generations change at revoke only. Commits have one owner (`Committer`); a write that can
+never succeed, or a bug in a record's task, stops the engine: `run` raises `FatalError`.
 """
 
 from __future__ import annotations
@@ -39,6 +35,7 @@ from aiokafka.structs import ConsumerRecord
 from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.adaptive import AdaptiveWindow
+from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
@@ -52,6 +49,7 @@ from dispatcher.pod.polling import (
     cancel_left_over,
     fetch_fairly,
     first_set,
+    read_committed,
     read_past_unreadable,
     unreadable_reference,
 )
@@ -102,6 +100,9 @@ class AtLeastOnceEngine:
         self._closing: set[asyncio.Task[Any]] = set()
         self._closing_bound = max(1, window.concurrency // CLOSING_SHARE)
         self._slot_freed = asyncio.Event()
+        self._calls = CallSlots(
+            (lambda: window.concurrency) if adaptive is None else (lambda: adaptive.size),
+            None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._next_partition = 0  # where the next fair fetch starts
@@ -197,10 +198,11 @@ class AtLeastOnceEngine:
 
     async def _poll_once(self) -> None:
         if self._adaptive is None:
-            free = self._window.concurrency - self.in_flight
+            calls = self._window.concurrency
         else:  # --concurrency auto: the window's current size
-            self._adaptive.used(self.in_flight)
-            free = self._adaptive.size - self.in_flight
+            self._adaptive.used(self._calls.running + self._calls.waiting)
+            calls = self._adaptive.size
+        free = calls + prepared_ahead(calls) - self.in_flight
         if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
             free = self._circuit.admits(free, self.in_flight)
         if free <= 0:
@@ -303,9 +305,13 @@ class AtLeastOnceEngine:
                 return
             self._mark_prepared(key, source.offset, pending)
             prepare, wait_partition = prepared
+            prepare = await self._take_call_slot(source, prepare, wait_partition)
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
-            outcome = await call_settling_bugs(self._counterparty, CallRequest(
-                source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
+            try:
+                outcome = await call_settling_bugs(self._counterparty, CallRequest(
+                    source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
+            finally:
+                self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
@@ -321,11 +327,23 @@ class AtLeastOnceEngine:
             if self._turns is not None:
                 self._turns.release((source.topic, source.partition, source.offset))
 
+    async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
+                              partition: int) -> OutgoingRecord:
+        """Wait for a call slot. A long wait (an open circuit) writes the wait record again,
+        expiring later, so that it cannot expire into the DLQ while this pod still calls it."""
+        while not await self._calls.acquire(self._window.refresh_wait_record_s):
+            prepare = self._wait_record(source)
+            await self._writer.write(self._topics.wait_topic, prepare, partition)
+        return prepare
+
+    def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
+        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
+        return wait_record(source, self._topics.group, expires_at)
+
     async def _prepare(self, source: SourceRecord,
                        pending: UnpreparedRecord) -> tuple[OutgoingRecord, int] | None:
         """Write the wait record: it and its partition; None when too large for the topic."""
-        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
-        prepare = wait_record(source, self._topics.group, expires_at)
+        prepare = self._wait_record(source)
         try:
             partition = await self._writer.write(self._topics.wait_topic, prepare)
         except RecordTooLargeError as exc:
@@ -372,16 +390,7 @@ class AtLeastOnceEngine:
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
-        for tp in assigned:
-            try:
-                committed = await self._consumer.committed(tp)
-            except KafkaError as exc:
-                # Only an optimisation (not committing the same offset again) depends on it.
-                log.warning("%s/%d: cannot read its committed offset (%r); going on without it",
-                            tp.topic, tp.partition, exc)
-                continue
-            if committed is not None:
-                self._watermarks.mark_committed(partition_key(tp), committed)
+        await read_committed(self._consumer, assigned, self._watermarks)
         self._joined = True
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CorruptRecordException
+from aiokafka.errors import CorruptRecordException, KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.pod.watermark import TopicPartitionKey, partition_key
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.wire import Failure, SourceRecord
 
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
@@ -164,6 +164,21 @@ class Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         await self._handler.on_assigned(list(assigned))
+
+
+async def read_committed(consumer: AIOKafkaConsumer, assigned: list[TopicPartition],
+                         watermarks: PartitionWatermarks) -> None:
+    """Tell the watermarks the assigned partitions' committed offsets (only an optimisation
+    depends on it: not committing the same offset again, so a failed read is logged)."""
+    for tp in assigned:
+        try:
+            committed = await consumer.committed(tp)
+        except KafkaError as exc:
+            log.warning("%s/%d: cannot read its committed offset (%r); going on without it",
+                        tp.topic, tp.partition, exc)
+            continue
+        if committed is not None:
+            watermarks.mark_committed(partition_key(tp), committed)
 
 
 async def calls_finished(tasks: set[asyncio.Task[None]], keys: list[TopicPartitionKey],

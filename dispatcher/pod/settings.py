@@ -116,6 +116,13 @@ class WindowConfig:
     stall_warning_s: float = 60.0
     ordering: OrderingMode = OrderingMode.UNORDERED
     adaptive: AdaptiveConfig | None = None  # --concurrency auto
+    deadline_s: float = 60.0  # a call's deadline, retries included
+
+    @property
+    def refresh_wait_record_s(self) -> float:
+        """How long a prepared record waits for a call slot before its wait record is written
+        again: half of what the expiration leaves beyond the call's deadline."""
+        return (self.wait_expiration_s - self.deadline_s) / 2
 
     @property
     def revoke_wait_s(self) -> float:
@@ -342,7 +349,8 @@ class DispatchSettings(KafkaClientSettings):
                             drain_grace_s=self.drain_grace,
                             rebalance_timeout_s=self.rebalance_timeout,
                             stall_warning_s=self.stall_warning,
-                            ordering=self.ordering, adaptive=self.adaptive())
+                            ordering=self.ordering, adaptive=self.adaptive(),
+                            deadline_s=self.deadline)
 
     def counterparty(self) -> CounterpartySettings:
         """The built-in HTTP client's settings (only without --handler)."""

@@ -215,6 +215,8 @@ class RecordingCounterparty:
     def __init__(self, decide: Callable[[bytes], Answer] = lambda _body: Answer()) -> None:
         self._decide = decide
         self.calls: list[Call] = []
+        self.open_calls = 0
+        self.peak_open_calls = 0  # the most calls it held at once
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -237,7 +239,12 @@ class RecordingCounterparty:
         self.calls.append(Call(request.headers.get("Idempotency-Key"), len(body),
                                time.monotonic()))
         answer = self._decide(body)
-        await asyncio.sleep(answer.delay_s)
+        self.open_calls += 1
+        self.peak_open_calls = max(self.peak_open_calls, self.open_calls)
+        try:
+            await asyncio.sleep(answer.delay_s)
+        finally:
+            self.open_calls -= 1
         return web.json_response({"status": answer.status}, status=answer.status)
 
     async def __aenter__(self) -> Self:

@@ -1,0 +1,100 @@
+"""Call slots: at most N calls at once, taken first come, first served.
+
+The engine admits a few records more than N and prepares them ahead, so that a call ending
+hands its slot to a record whose wait record is already acknowledged: the prepare's write and
+the fetch are no longer paid inside the slot (docs/DESIGN.md, "The window"). A slot is also
+refused while the circuit breaker keeps calls out (`admits`), so records prepared ahead wait,
+uncalled, through an outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+RECHECK_S = 0.5  # a waiter looks again this often: an open circuit half-opens with time
+
+AHEAD_SHARE = 10  # records prepared ahead: a tenth of the window …
+AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …
+AHEAD_MAX = 100  # … at most a hundred (what a big window's prepares need; memory stays bound)
+
+
+def prepared_ahead(window: int) -> int:
+    """How many records beyond a window of `window` calls are admitted and prepared ahead."""
+    return min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)
+
+
+class CallSlots:
+    """At most `size()` calls at once (the window, fixed or adaptive), and only while
+    `admits(calls_running)` (the circuit breaker; None: always)."""
+
+    def __init__(self, size: Callable[[], int],
+                 admits: Callable[[int], bool] | None = None) -> None:
+        self._size = size
+        self._admits = admits
+        self._running = 0
+        self._waiting = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def running(self) -> int:
+        """Calls holding a slot."""
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Records waiting for a slot."""
+        return self._waiting
+
+    async def acquire(self, timeout_s: float | None = None) -> bool:
+        """Take a slot, after the records that asked before; False if `timeout_s` passed
+        first (the caller no longer waits in line)."""
+        if self._waiting == 0 and self._can_start():
+            self._running += 1
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        self._waiting += 1
+        give_up_at = None if timeout_s is None else loop.time() + timeout_s
+        try:
+            while not waiter.done():
+                left = RECHECK_S if give_up_at is None else min(RECHECK_S,
+                                                                give_up_at - loop.time())
+                if left <= 0:
+                    self._give_up(waiter)
+                    return False
+                await asyncio.wait((waiter,), timeout=left)
+                if not waiter.done():
+                    self._hand_over()  # the circuit may have half-opened meanwhile
+        except asyncio.CancelledError:
+            if waiter.done():
+                self.release()  # handed a slot while being cancelled: pass it on
+            else:
+                self._give_up(waiter)
+            raise
+        return True
+
+    def release(self) -> None:
+        """A call ended: its slot goes to the first record waiting, if any may start."""
+        self._running -= 1
+        self._hand_over()
+
+    def _can_start(self) -> bool:
+        return self._running < self._size() and (
+            self._admits is None or self._admits(self._running))
+
+    def _hand_over(self) -> None:
+        while self._waiters and self._can_start():
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._running += 1
+                self._waiting -= 1
+        while self._waiters and self._waiters[0].done():
+            self._waiters.popleft()  # waiters that gave up, at the head of the line
+
+    def _give_up(self, waiter: asyncio.Future[None]) -> None:
+        waiter.cancel()
+        self._waiting -= 1

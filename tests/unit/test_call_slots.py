@@ -1,0 +1,128 @@
+"""Call slots: at most the window's calls at once, handed on first come, first served; refused
+while the circuit keeps calls out; a waiter that gives up or is cancelled leaks no slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dispatcher.pod import calls
+from dispatcher.pod.calls import AHEAD_MAX, AHEAD_MIN, CallSlots, prepared_ahead
+
+pytestmark = pytest.mark.unit
+
+
+@given(st.integers(min_value=1, max_value=100_000))
+def test_records_prepared_ahead_are_a_tenth_of_the_window_within_bounds(window: int) -> None:
+    ahead = prepared_ahead(window)
+    assert AHEAD_MIN <= ahead <= AHEAD_MAX
+    assert ahead == min(max(-(-window // 10), AHEAD_MIN), AHEAD_MAX)
+    assert prepared_ahead(window + 1) >= ahead
+
+
+async def test_slots_are_handed_on_in_the_order_they_were_asked_for() -> None:
+    slots = CallSlots(lambda: 2)
+    assert await slots.acquire() and await slots.acquire()
+    order: list[int] = []
+
+    async def wait(i: int) -> None:
+        await slots.acquire()
+        order.append(i)
+
+    waiters = [asyncio.create_task(wait(i)) for i in range(4)]
+    await asyncio.sleep(0)
+    assert (slots.running, slots.waiting, order) == (2, 4, [])
+    for _ in range(4):
+        slots.release()
+        await asyncio.sleep(0)
+    await asyncio.gather(*waiters)
+    assert order == [0, 1, 2, 3]
+    assert (slots.running, slots.waiting) == (2, 0)
+
+
+async def test_a_refusing_circuit_holds_waiters_until_it_admits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    circuit_open = True
+    slots = CallSlots(lambda: 5, lambda _running: not circuit_open)
+    waiter = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0.05)
+    assert not waiter.done() and slots.running == 0
+    circuit_open = False  # half-opened with time: no release happens, the waiter looks again
+    assert await asyncio.wait_for(waiter, 1)
+    assert slots.running == 1
+
+
+async def test_a_waiter_that_times_out_leaves_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    slots = CallSlots(lambda: 1)
+    assert await slots.acquire()
+    assert not await slots.acquire(timeout_s=0.03)
+    assert slots.waiting == 0
+    later = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()
+    assert await asyncio.wait_for(later, 1)
+    assert (slots.running, slots.waiting) == (1, 0)
+
+
+async def test_a_cancelled_waiter_leaks_no_slot() -> None:
+    slots = CallSlots(lambda: 1)
+    assert await slots.acquire()
+    cancelled = asyncio.create_task(slots.acquire())
+    handed = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    slots.release()  # goes past the cancelled waiter to the next
+    assert await asyncio.wait_for(handed, 1)
+    assert (slots.running, slots.waiting) == (1, 0)
+
+    # handed a slot and cancelled before it ran: the slot is passed on, not kept
+    last = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()  # hands the slot to `last`, which has not run yet
+    last.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await last
+    assert (slots.running, slots.waiting) == (0, 0)
+
+
+@given(st.lists(st.sampled_from(["ask", "release", "cancel", "resize"]), max_size=60),
+       st.integers(min_value=1, max_value=4))
+def test_calls_never_exceed_the_window(operations: list[str], size: int) -> None:
+    """Any interleaving of asks, releases, cancellations and window changes: running calls stay
+    at most the window (as it was when each was handed its slot), none is lost."""
+
+    async def scenario() -> None:
+        window = [size]
+        slots = CallSlots(lambda: window[0])
+        holding: list[asyncio.Task[bool]] = []
+        for operation in operations:
+            if operation == "ask":
+                holding.append(asyncio.create_task(slots.acquire()))
+            elif operation == "release":
+                granted = [t for t in holding if t.done() and not t.cancelled()]
+                if granted:
+                    holding.remove(granted[0])
+                    slots.release()
+            elif operation == "cancel":
+                waiting = [t for t in holding if not t.done()]
+                if waiting:
+                    waiting[-1].cancel()
+                    holding.remove(waiting[-1])
+            else:
+                window[0] = 1 + window[0] % 4
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            granted = sum(1 for t in holding if t.done() and not t.cancelled())
+            assert slots.running == granted
+            assert slots.waiting == sum(1 for t in holding if not t.done())
+        for task in holding:
+            task.cancel()
+        await asyncio.gather(*holding, return_exceptions=True)
+
+    asyncio.run(scenario())
