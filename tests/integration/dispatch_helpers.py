@@ -201,6 +201,19 @@ class Answer:
     status: int = 200
 
 
+class Outage:
+    """A `decide` for the recording counterparty: 503 to every call for `seconds` from the
+    first call, then 200; `ends` is when (time.monotonic()), far ahead until a call came."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ends = time.monotonic() + 1e9
+
+    def __call__(self, _body: bytes) -> Answer:
+        self.ends = min(self.ends, time.monotonic() + self.seconds)
+        return Answer(status=503) if time.monotonic() < self.ends else Answer()
+
+
 @dataclass(frozen=True)
 class Call:
     idempotency_key: str | None

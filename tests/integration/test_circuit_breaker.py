@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 from dispatch_helpers import (
     Answer,
+    Outage,
     RecordingCounterparty,
     create_topic,
     fully_committed,
@@ -41,35 +42,30 @@ async def run_through_an_outage(bootstrap: str, name: Callable[[str], str],
     topic, group = name("orders"), name("billing")
     await create_topic(bootstrap, topic, partitions=3)
     await produce(bootstrap, topic, RECORDS, progress=False)
-    outage_ends = time.monotonic() + 1e9  # set when the first call arrives
+    outage = Outage(OUTAGE_S)
     succeeded: set[str] = set()
 
-    def decide(_body: bytes) -> Answer:
-        nonlocal outage_ends
-        outage_ends = min(outage_ends, time.monotonic() + OUTAGE_S)
-        return Answer(status=503) if time.monotonic() < outage_ends else Answer()
-
-    async with RecordingCounterparty(decide) as counterparty:
+    async with RecordingCounterparty(outage) as counterparty:
         async def finished() -> bool:
-            return time.monotonic() > outage_ends + DEADLINE_S and await fully_committed(
+            return time.monotonic() > outage.ends + DEADLINE_S and await fully_committed(
                 bootstrap, group, topic)
 
         await run_pod_until(pod_settings(bootstrap, topic, group, counterparty.url,
                                          concurrency=WINDOW, deadline=f"{DEADLINE_S:g}s",
                                          circuit_breaker=breaker), finished, timeout_s=120)
         for call in counterparty.calls:
-            if call.arrived_s >= outage_ends and call.idempotency_key:
+            if call.arrived_s >= outage.ends and call.idempotency_key:
                 succeeded.add(call.idempotency_key)
         first_call = {key: min(c.arrived_s for c in counterparty.calls
                                if c.idempotency_key == key)
                       for key in counterparty.calls_per_key()}
-    started = outage_ends - OUTAGE_S
+    started = outage.ends - OUTAGE_S
     dead = {str(entry.wait_id) for entry in await read_dlq(bootstrap, f"{group}.dlq")}
     every = {str(wait_id) for wait_id in await input_wait_ids(bootstrap, group, topic)}
     return OutageRun(
         dead_lettered=len(dead),
         keys_first_called_in_outage=sum(1 for at in first_call.values()
-                                        if started + 1.0 <= at < outage_ends),
+                                        if started + 1.0 <= at < outage.ends),
         lost=len(every - dead - succeeded),
     )
 

@@ -17,6 +17,7 @@ import pytest
 from dispatch_helpers import (
     Answer,
     InputRecord,
+    Outage,
     RecordingCounterparty,
     create_topic,
     fully_committed,
@@ -74,16 +75,11 @@ async def test_a_record_waiting_through_an_open_circuit_keeps_an_unexpired_wait_
     await create_topic(kafka_bootstrap, topic, partitions=1)
     sources = await produce_records(kafka_bootstrap, topic, [
         InputRecord(key=str(i).encode(), value=str(i).encode()) for i in range(20)])
-    outage_ends = time.monotonic() + 1e9  # set when the first call arrives
+    outage = Outage(OUTAGE_S)
 
-    def decide(_body: bytes) -> Answer:
-        nonlocal outage_ends
-        outage_ends = min(outage_ends, time.monotonic() + OUTAGE_S)
-        return Answer(status=503) if time.monotonic() < outage_ends else Answer()
-
-    async with RecordingCounterparty(decide) as counterparty:
+    async with RecordingCounterparty(outage) as counterparty:
         async def finished() -> bool:
-            return time.monotonic() > outage_ends and await fully_committed(
+            return time.monotonic() > outage.ends and await fully_committed(
                 kafka_bootstrap, group, topic) and len(counterparty.calls_per_key()) >= len(
                 sources) - 2 * WINDOW
 
@@ -95,7 +91,7 @@ async def test_a_record_waiting_through_an_open_circuit_keeps_an_unexpired_wait_
         to_wall = time.time() - time.monotonic()  # wait records carry wall-clock times
         called_at = {call.idempotency_key: datetime.fromtimestamp(call.arrived_s + to_wall, UTC)
                      for call in counterparty.calls}
-        succeeded = {c.idempotency_key for c in counterparty.calls if c.arrived_s >= outage_ends}
+        succeeded = {c.idempotency_key for c in counterparty.calls if c.arrived_s >= outage.ends}
 
     expires: dict[str, datetime] = {}  # each wait id's latest wait record
     prepares: Counter[str] = Counter()
