@@ -41,7 +41,7 @@ class DispatcherMetrics:
                                 ["outcome"], registry=r)
         self.in_flight = Gauge("waitline_in_flight", "Records between fetched and finished.",
                                registry=r)
-        self.window = Gauge("waitline_window", "The window: most records in flight (with "
+        self.window = Gauge("waitline_window", "The window: most calls at once (with "
                             "--concurrency auto, its current size).", registry=r)
         self.window_changes = Counter("waitline_window_changes",
                                       "Changes of the adaptive window, by reason (growth, "
