@@ -47,9 +47,11 @@ class CallSlots:
         """Records waiting for a slot."""
         return self._waiting
 
-    async def acquire(self, timeout_s: float | None = None) -> bool:
+    async def acquire(self, timeout_s: float | None = None,
+                      cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Take a slot, after the records that asked before; False if `timeout_s` passed
-        first (the caller no longer waits in line)."""
+        first, or `cancelled()` turned true (looked at every RECHECK_S): the caller no longer
+        waits in line."""
         if self._waiting == 0 and self._can_start():
             self._running += 1
             return True
@@ -62,7 +64,7 @@ class CallSlots:
             while not waiter.done():
                 left = RECHECK_S if give_up_at is None else min(RECHECK_S,
                                                                 give_up_at - loop.time())
-                if left <= 0:
+                if left <= 0 or cancelled():
                     self._give_up(waiter)
                     return False
                 await asyncio.wait((waiter,), timeout=left)

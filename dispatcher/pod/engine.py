@@ -1,6 +1,6 @@
 """The at-least-once engine: N calls at once, each record prepared in the wait topic first.
-Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged
-→ offset committable) → call (one deadline) → outcome record (result or DLQ, acknowledged) →
+Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged)
+→ call (its start makes the offset committable; one deadline) → outcome (result or DLQ) →
 tombstone (behind the window, in its prepare's partition even if the topic grew). A null value
 skips the wait topic: its DLQ record's acknowledgement makes it committable.
 
@@ -10,10 +10,11 @@ record (`CallSlots`). A full window pauses the partitions (a rebalance may add o
 the poll loop keeps calling `getmany`, so the consumer stays in its group.
 
 Rebalance: revoke waits (at most half the rebalance timeout) for the revoked partitions'
-prepares, commits and forgets them; prepared records run on to their tombstone, so a clean
-rebalance calls nothing twice. A record whose prepare outlives the wait is left to the next
-owner. Generations change at revoke only. Commits have one owner (`Committer`); a write that can
-never succeed, or a bug in a record's task, stops the engine: `run` raises `FatalError`.
+prepares, commits and forgets them; records already called run on to their tombstone, so a
+clean rebalance calls nothing twice. Records not yet called (prepared ahead, or whose prepare
+outlived the wait) are uncommitted and left to the next owner. Generations change at revoke
+only. Commits have one owner (`Committer`); a write that can never succeed, or a bug in a
+record's task, stops the engine: `run` raises `FatalError`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.kafka_io import AckedWriter
-from dispatcher.pod.lag import AWAITING_PREPARE, LagReporter, Unprepared, UnpreparedRecord
+from dispatcher.pod.lag import (
+    AWAITING_CALL_SLOT,
+    AWAITING_PREPARE,
+    LagReporter,
+    Unprepared,
+    UnpreparedRecord,
+)
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
@@ -303,9 +310,11 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
                 self._mark_prepared(key, source.offset, pending)
                 return
-            self._mark_prepared(key, source.offset, pending)
-            prepare, wait_partition = prepared
-            prepare = await self._take_call_slot(source, prepare, wait_partition)
+            called = await self._take_call_slot(source, *prepared, pending)
+            if called is None:  # revoked while it waited: uncommitted, the next owner calls it
+                return
+            self._mark_prepared(key, source.offset, pending)  # committable as its call starts
+            prepare, wait_partition = called, prepared[1]
             wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
             try:
                 outcome = await call_settling_bugs(self._counterparty, CallRequest(
@@ -328,12 +337,22 @@ class AtLeastOnceEngine:
                 self._turns.release((source.topic, source.partition, source.offset))
 
     async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
-                              partition: int) -> OutgoingRecord:
-        """Wait for a call slot. A long wait (an open circuit) writes the wait record again,
-        expiring later, so that it cannot expire into the DLQ while this pod still calls it."""
-        while not await self._calls.acquire(self._window.refresh_wait_record_s):
+                              partition: int, pending: UnpreparedRecord) -> OutgoingRecord | None:
+        """Wait for a call slot: the wait record (written again after a long wait, e.g. an open
+        circuit, so it cannot expire into the DLQ while this pod still calls it), or None if
+        the partition was revoked meanwhile (not called here)."""
+        pending.reason, pending.waiting_for_slot = AWAITING_CALL_SLOT, True
+        pending.done.set()  # its wait record is durable: a revoke need not wait for it
+        while not await self._calls.acquire(self._window.refresh_wait_record_s,
+                                            lambda: pending.abandoned):
+            if pending.abandoned:
+                return None
             prepare = self._wait_record(source)
             await self._writer.write(self._topics.wait_topic, prepare, partition)
+        if pending.abandoned:
+            self._calls.release()
+            return None
+        pending.waiting_for_slot = False
         return prepare
 
     def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
@@ -379,6 +398,8 @@ class AtLeastOnceEngine:
                 log.warning("revoke: %d prepares still unfinished after %.0f s; this pod will "
                             "not call their records, the next owner fetches them", len(left),
                             wait_s)
+        for pending in unfinished:  # prepared ahead, never called: uncommitted, left to the
+            pending.abandoned = pending.abandoned or pending.waiting_for_slot  # next owner
         await self._committer.commit(keys)
         if self._turns is not None:  # the next owner must not call a key while we still do
             await calls_finished(self._tasks, keys, self._window.revoke_wait_s)

@@ -19,17 +19,20 @@ log = logging.getLogger(__name__)
 
 
 AWAITING_PREPARE = "its wait record to be acknowledged"  # what a fetched record waits for
+AWAITING_CALL_SLOT = "a call slot (prepared ahead; an open circuit holds it)"
 
 
 @dataclass
 class UnpreparedRecord:
-    """A fetched record whose wait record (or DLQ record) is not yet durable."""
+    """A fetched record not yet committable: its wait record (or DLQ record) is not durable,
+    or it waits, prepared ahead, for a call slot."""
 
     generation: int
     timestamp_ms: int
     fetched_at: float  # monotonic seconds
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    abandoned: bool = False  # its partition was revoked before the prepare finished
+    abandoned: bool = False  # its partition was revoked before it was called: not called here
+    waiting_for_slot: bool = False  # prepared ahead: committable only once its call starts
     reason: str = AWAITING_PREPARE
 
 

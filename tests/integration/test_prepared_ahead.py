@@ -26,6 +26,7 @@ from dispatch_helpers import (
     produce_records,
     read_dlq,
     read_topic,
+    read_wait_topic,
     run_pod_until,
     wait_ids,
 )
@@ -108,3 +109,41 @@ async def test_a_record_waiting_through_an_open_circuit_keeps_an_unexpired_wait_
     every = {str(wait_id) for wait_id in await input_wait_ids(kafka_bootstrap, group, topic)}
     assert every == set(map(str, wait_ids(group, sources)))
     assert every - dead - succeeded == set()
+
+
+async def test_records_prepared_ahead_but_never_called_go_to_the_next_owner(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    """A pod (window 2, so 2 records prepared ahead) whose calls all hang is stopped with a
+    1 s drain: its 2 calls are cut off (left open, for the sweep), but the records it prepared
+    ahead and never called must not be committed — the next pod calls them and closes their
+    wait records. (Before: they were committable once prepared, so the next pod started past
+    them and the sweep would have sent them to the DLQ after the expiration, never called.)"""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    sources = await produce_records(kafka_bootstrap, topic, [
+        InputRecord(key=str(i).encode(), value=str(i).encode()) for i in range(8)])
+    every = list(map(str, wait_ids(group, sources)))
+    hung_window = 2
+
+    async with RecordingCounterparty(lambda _body: Answer(delay_s=30)) as hanging:
+        async def window_full_and_ahead_prepared() -> bool:
+            wait = await read_wait_topic(kafka_bootstrap, f"{group}.wait")
+            return len(hanging.calls) >= hung_window and len(wait.prepares) >= 2 * hung_window
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, hanging.url,
+                                         concurrency=hung_window, drain_grace="1s"),
+                            window_full_and_ahead_prepared, timeout_s=60)
+        cut_off = {c.idempotency_key for c in hanging.calls}
+    assert cut_off == set(every[:hung_window])
+
+    async with RecordingCounterparty() as counterparty:
+        async def rest_called() -> bool:
+            return await fully_committed(kafka_bootstrap, group, topic)
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, counterparty.url),
+                            rest_called, timeout_s=60)
+        called_next = set(counterparty.calls_per_key())
+    assert called_next == set(every[hung_window:])
+    wait = await read_wait_topic(kafka_bootstrap, f"{group}.wait")
+    assert {str(wait_id) for wait_id in wait.open_ids} == cut_off

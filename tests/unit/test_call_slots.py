@@ -69,6 +69,20 @@ async def test_a_waiter_that_times_out_leaves_the_line(monkeypatch: pytest.Monke
     assert (slots.running, slots.waiting) == (1, 0)
 
 
+async def test_a_waiter_whose_record_was_revoked_leaves_the_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    slots = CallSlots(lambda: 1)
+    assert await slots.acquire()
+    revoked = False
+    waiter = asyncio.create_task(slots.acquire(cancelled=lambda: revoked))
+    await asyncio.sleep(0.03)
+    assert not waiter.done()
+    revoked = True
+    assert await asyncio.wait_for(waiter, 1) is False
+    assert (slots.running, slots.waiting) == (1, 0)
+
+
 async def test_a_cancelled_waiter_leaks_no_slot() -> None:
     slots = CallSlots(lambda: 1)
     assert await slots.acquire()
