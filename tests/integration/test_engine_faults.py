@@ -29,6 +29,7 @@ from dispatch_helpers import (
 )
 
 from dispatcher.devstack.stack import LocalStack
+from dispatcher.pod.calls import prepared_ahead
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce
 from loadtest.latency import parse_model
@@ -129,7 +130,13 @@ async def test_a_consumer_joining_mid_load_causes_no_loss_and_no_duplicate_call(
     wait = await read_wait_topic(kafka_bootstrap, f"{group}.wait")
     assert set(wait.closed) == inputs
     assert wait.open_ids == set()
-    assert set(wait.prepares.values()) == {1}  # no record was fetched and prepared twice
+    # Records prepared ahead but not yet called at a revoke are left, uncommitted, to the next
+    # owner, which prepares them again (same wait id) and calls them once: at most the records
+    # prepared ahead, per revoke, have two wait records.
+    prepared_twice = [n for n in wait.prepares.values() if n > 1]
+    revokes = first.log().count("partitions revoked") + second.log().count("partitions revoked")
+    assert set(prepared_twice) <= {2}
+    assert len(prepared_twice) <= prepared_ahead(window) * revokes
 
 
 async def test_sigterm_with_calls_hanging_exits_0_within_the_grace_naming_what_stays_open(
