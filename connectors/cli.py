@@ -14,14 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from connectors.dsn import describe_dsn, first_line
 from connectors.migrate import apply_migrations
 from connectors.registry import (
     AGE_BUCKETS,
     RegistryReader,
     TopicStats,
     WaitSummary,
-    describe_dsn,
-    first_line,
     format_age,
 )
 from dispatcher.durations import parse_duration_s

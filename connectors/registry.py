@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -39,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from connectors.dsn import describe_dsn, first_line, schema_missing
 from dispatcher.errors import RegistryError
 
 AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (
@@ -256,28 +256,6 @@ def _describe(exc: DBAPIError, dsn: str) -> str:
     return f"registry query failed on {target}: {cause}"
 
 
-def schema_missing(dsn: str) -> str:
-    """The error for a database without the Waitline tables, and what to do about it."""
-    return (f"the wait registry schema is missing in {describe_dsn(dsn)}: "
-            "run `waitline registry migrate`")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (libpq's carry hints below), or its class name."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def describe_dsn(dsn: str) -> str:
-    """host:port/dbname of a libpq DSN (defaults filled in), never its password."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "the configured DSN"
-    host = params.get("host") or params.get("hostaddr") or "localhost"
-    return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or params.get('user') or ''}"
-
-
 def format_age(seconds: float) -> str:
     """A compact human duration: `42s`, `3m12s`, `5h03m`, `2d04h`."""
     whole = max(0, int(seconds))
@@ -288,5 +266,3 @@ def format_age(seconds: float) -> str:
     if whole < 86400:
         return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-

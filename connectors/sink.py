@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
-import structlog
 
 from connectors.rows import (
     REJECT_COLUMNS,
@@ -41,8 +40,6 @@ from connectors.rows import (
     reject_values,
     stage_values,
 )
-
-log = structlog.get_logger(__name__)
 
 _STAGE_TABLE = "waitline_wait_stage"
 _REJECTS_LOGGED = 5  # per batch; the rest are in wait_reject
@@ -160,7 +157,11 @@ def _check_target(dlq_topic: str, group: str | None) -> None:
 def _log_rejects(plan: MirrorPlan) -> None:
     if not plan.rejects:
         return
-    log.warning(
+    # Imported when needed: structlog imports rich (~0.2 s), which each Spark Python worker
+    # applying the mirror's writes would otherwise pay on its first batch.
+    import structlog  # noqa: PLC0415
+
+    structlog.get_logger(__name__).warning(
         "wait records rejected; stored in wait_reject",
         rejected=len(plan.rejects),
         first=[

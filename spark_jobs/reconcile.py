@@ -166,10 +166,6 @@ class ReconcileJob:
 
     # -- mirror ---------------------------------------------------------------------------------
 
-    def _kafka_options(self) -> dict[str, str]:
-        return {"kafka.bootstrap.servers": self.config.bootstrap_servers,
-                **self.config.kafka_options}  # fmt: skip
-
     def _mirror_available(self) -> None:
         """Mirror everything in the wait topic now (an `availableNow` query), then return."""
         query = self._start_mirror(availableNow=True)
@@ -182,7 +178,7 @@ class ReconcileJob:
     def _start_mirror(self, **trigger: Any) -> StreamingQuery:
         return (
             self.spark.readStream.format("kafka")
-            .options(**self._kafka_options())
+            .options(**self.config.source_options())
             .option("subscribe", self.config.wait_topic)
             .option("includeHeaders", "true")
             .option("startingOffsets", "earliest")
@@ -290,7 +286,7 @@ class ReconcileJob:
         (
             self.spark.createDataFrame(rows, schema=schema)
             .write.format("kafka")
-            .options(**self._kafka_options())
+            .options(**self.config.sink_options())
             .options(**DLQ_PRODUCER_OPTIONS)
             .save()
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from connectors.registry import describe_dsn, first_line, schema_missing
+from connectors.dsn import describe_dsn, first_line, schema_missing
 from dispatcher.errors import RegistryError
 
 

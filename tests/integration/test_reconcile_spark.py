@@ -62,6 +62,20 @@ def test_kafka_options_pass_through_only_prefixed_client_properties() -> None:
         parse_kafka_options(["kafka.acks"])
 
 
+def test_the_source_waits_briefly_for_fetches_unless_the_user_says_otherwise() -> None:
+    config = ReconcileConfig.build(group="g", bootstrap_servers="k:9092", dsn="d",
+                                   kafka_options=["kafka.security.protocol=SSL"])  # fmt: skip
+    assert config.source_options() == {"kafka.bootstrap.servers": "k:9092",
+                                       "kafka.fetch.max.wait.ms": "10",
+                                       "kafka.security.protocol": "SSL"}  # fmt: skip
+    # A consumer setting is not given to the DLQ's producer.
+    assert config.sink_options() == {"kafka.bootstrap.servers": "k:9092",
+                                     "kafka.security.protocol": "SSL"}  # fmt: skip
+    tuned = ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d",
+                                  kafka_options=["kafka.fetch.max.wait.ms=200"])  # fmt: skip
+    assert tuned.source_options()["kafka.fetch.max.wait.ms"] == "200"
+
+
 def test_prepares_and_tombstones_in_same_or_different_batches_converge(
     spark: SparkSession, waits: WaitTopic
 ) -> None:
