@@ -168,6 +168,16 @@ def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:
     return AIOKafkaProducer(**options)
 
 
+# What one fetch may bring: Kafka's defaults per partition, a few partitions' worth per request.
+# A record larger than this still arrives (the broker sends a first batch whole, whatever its
+# size); the limits only bound how much a fetch buffers ahead of the window. Sized to the
+# largest record (8 / 32 MiB), two of four runs of a pod at N = 5000 behind a 300,000-record
+# backlog grew to 714-770 MB RSS; none of three with these passed 311 MB (docs/BENCHMARKS.md,
+# "Fetch buffers").
+PARTITION_FETCH_BYTES = 1024 * 1024
+FETCH_BYTES = 4 * PARTITION_FETCH_BYTES
+
+
 def make_consumer(kafka: KafkaConfig, group: str, **overrides: Any) -> AIOKafkaConsumer:
     options: dict[str, Any] = {
         **kafka.client_options(),
@@ -175,8 +185,8 @@ def make_consumer(kafka: KafkaConfig, group: str, **overrides: Any) -> AIOKafkaC
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "isolation_level": "read_committed",
-        "max_partition_fetch_bytes": MAX_RECORD_BYTES,
-        "fetch_max_bytes": 4 * MAX_RECORD_BYTES,
+        "max_partition_fetch_bytes": PARTITION_FETCH_BYTES,
+        "fetch_max_bytes": FETCH_BYTES,
     }
     options.update(overrides)
     return AIOKafkaConsumer(**options)

@@ -35,6 +35,7 @@ from dispatch_helpers import (
 )
 
 from dispatcher.errors import TopicSetupError
+from dispatcher.pod.kafka_io import PARTITION_FETCH_BYTES
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.settle import source_record
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC, wait_id_for
@@ -174,6 +175,8 @@ async def test_null_binary_and_one_megabyte_inputs_each_get_a_clear_outcome(
                        configs={"max.message.bytes": str(2 * ONE_MB)})
     large_value = b'{"blob":"' + b"x" * (ONE_MB - 11) + b'"}'
     assert len(large_value) == ONE_MB
+    # With its key and headers, larger than what the pod fetches per partition: it arrives whole.
+    assert len(large_value) >= PARTITION_FETCH_BYTES
     null, binary, large = await produce_records(kafka_bootstrap, topic, [
         InputRecord(key=b"null-value", value=None, headers=(("h", b"\x00"),)),
         InputRecord(key=b"\x80\x81", value=b"\xde\xad\xbe\xef",
