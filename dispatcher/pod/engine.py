@@ -12,9 +12,9 @@ the poll loop keeps calling `getmany`, so the consumer stays in its group.
 Rebalance: revoke waits (at most half the rebalance timeout) for the revoked partitions'
 prepares, commits and forgets them; records already called run on to their tombstone, so a
 clean rebalance calls nothing twice. Records not yet called (prepared ahead, or whose prepare
-outlived the wait) are uncommitted and left to the next owner. Generations change at revoke
-only. Commits have one owner (`Committer`); a write that can never succeed, or a bug in a
-record's task, stops the engine: `run` raises `FatalError`.
+outlived the wait) are uncommitted and left to the next owner (`revoke.py`). Generations
+change at revoke only. Commits have one owner (`Committer`); a write that can never succeed,
+or a bug in a record's task, stops the engine: `run` raises `FatalError`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,13 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.errors import FatalError, ProduceError, RecordTooLargeError
+from dispatcher.errors import FatalError, ProduceError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.calls import CallSlots, prepared_ahead
@@ -42,7 +41,6 @@ from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import (
-    AWAITING_CALL_SLOT,
     AWAITING_PREPARE,
     LagReporter,
     Unprepared,
@@ -52,7 +50,6 @@ from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
     Rebalances,
-    calls_finished,
     cancel_left_over,
     fetch_fairly,
     first_set,
@@ -60,6 +57,8 @@ from dispatcher.pod.polling import (
     read_past_unreadable,
     unreadable_reference,
 )
+from dispatcher.pod.preparer import Preparer
+from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
@@ -68,11 +67,9 @@ from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, par
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
-    OutgoingRecord,
     SourceRecord,
     idempotency_key_of,
     tombstone_of,
-    wait_record,
 )
 
 log = logging.getLogger(__name__)
@@ -110,6 +107,7 @@ class AtLeastOnceEngine:
         self._calls = CallSlots(
             (lambda: window.concurrency) if adaptive is None else (lambda: adaptive.size),
             None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
+        self._prepares = Preparer(writer, topics, window, metrics, self._calls)
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._next_partition = 0  # where the next fair fetch starts
@@ -301,7 +299,7 @@ class AtLeastOnceEngine:
                 pending.reason = "its turn behind an earlier record of its key or partition"
                 await turn.wait()
                 pending.reason = AWAITING_PREPARE
-            prepared = None if pending.abandoned else await self._prepare(source, pending)
+            prepared = None if pending.abandoned else await self._prepares.prepare(source, pending)
             if pending.abandoned:  # never marked prepared: the next owner calls it
                 log.info("%s/%d@%d: its partition was revoked before it could start; the "
                          "next owner calls it", *key, source.offset)
@@ -310,7 +308,7 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
                 self._mark_prepared(key, source.offset, pending)
                 return
-            called = await self._take_call_slot(source, *prepared, pending)
+            called = await self._prepares.take_call_slot(source, *prepared, pending)
             if called is None:  # revoked while it waited: uncommitted, the next owner calls it
                 return
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
@@ -336,41 +334,6 @@ class AtLeastOnceEngine:
             if self._turns is not None:
                 self._turns.release((source.topic, source.partition, source.offset))
 
-    async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
-                              partition: int, pending: UnpreparedRecord) -> OutgoingRecord | None:
-        """Wait for a call slot: the wait record (written again after a long wait, e.g. an open
-        circuit, so it cannot expire into the DLQ while this pod still calls it), or None if
-        the partition was revoked meanwhile (not called here)."""
-        pending.reason, pending.waiting_for_slot = AWAITING_CALL_SLOT, True
-        pending.done.set()  # its wait record is durable: a revoke need not wait for it
-        while not await self._calls.acquire(self._window.refresh_wait_record_s,
-                                            lambda: pending.abandoned):
-            if pending.abandoned:
-                return None
-            prepare = self._wait_record(source)
-            await self._writer.write(self._topics.wait_topic, prepare, partition)
-        if pending.abandoned:
-            self._calls.release()
-            return None
-        pending.waiting_for_slot = False
-        return prepare
-
-    def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
-        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
-        return wait_record(source, self._topics.group, expires_at)
-
-    async def _prepare(self, source: SourceRecord,
-                       pending: UnpreparedRecord) -> tuple[OutgoingRecord, int] | None:
-        """Write the wait record: it and its partition; None when too large for the topic."""
-        prepare = self._wait_record(source)
-        try:
-            partition = await self._writer.write(self._topics.wait_topic, prepare)
-        except RecordTooLargeError as exc:
-            self._metrics.produce_errors.labels("wait").inc()
-            pending.reason = str(exc)
-            return None
-        return prepare, partition
-
     def _mark_prepared(self, key: TopicPartitionKey, offset: int,
                        pending: UnpreparedRecord) -> None:
         self._metrics.prepared.inc()
@@ -382,24 +345,7 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [partition_key(tp) for tp in revoked]
-        if self._turns is not None:
-            for _topic, partition, offset in (r for k in keys for r in self._turns.revoke(k)):
-                self._unprepared[(_topic, partition)][offset].abandoned = True  # not called here
-        unfinished = [p for k in keys for p in self._unprepared.get(k, {}).values()]
-        if unfinished:
-            wait_s = self._window.revoke_wait_s
-            try:
-                async with asyncio.timeout(wait_s):
-                    await asyncio.gather(*(p.done.wait() for p in unfinished))
-            except TimeoutError:
-                left = [p for p in unfinished if not p.done.is_set()]
-                for pending in left:
-                    pending.abandoned = True
-                log.warning("revoke: %d prepares still unfinished after %.0f s; this pod will "
-                            "not call their records, the next owner fetches them", len(left),
-                            wait_s)
-        for pending in unfinished:  # prepared ahead, never called: uncommitted, left to the
-            pending.abandoned = pending.abandoned or pending.waiting_for_slot  # next owner
+        await leave_uncalled(keys, self._unprepared, self._turns, self._window.revoke_wait_s)
         await self._committer.commit(keys)
         if self._turns is not None:  # the next owner must not call a key while we still do
             await calls_finished(self._tasks, keys, self._window.revoke_wait_s)

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CorruptRecordException, KafkaError
 from aiokafka.structs import ConsumerRecord
 
-from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
+from dispatcher.pod.watermark import PartitionWatermarks, partition_key
 from dispatcher.wire import Failure, SourceRecord
 
 Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
@@ -179,17 +179,3 @@ async def read_committed(consumer: AIOKafkaConsumer, assigned: list[TopicPartiti
             continue
         if committed is not None:
             watermarks.mark_committed(partition_key(tp), committed)
-
-
-async def calls_finished(tasks: set[asyncio.Task[None]], keys: list[TopicPartitionKey],
-                         wait_s: float) -> None:
-    """Wait (at most `wait_s`) for the record tasks of revoked partitions `keys` to end; their
-    tasks are named by their records' coordinates."""
-    prefixes = tuple(f"{topic}/{partition}@" for topic, partition in keys)
-    calling = [t for t in tasks if t.get_name().startswith(prefixes)]
-    if calling:
-        _done, left = await asyncio.wait(calling, timeout=wait_s)
-        if left:
-            log.warning("revoke: %d calls of revoked partitions still running after %.0f s; "
-                        "their keys may overlap with the next owner's calls (keep "
-                        "--rebalance-timeout above twice --deadline)", len(left), wait_s)

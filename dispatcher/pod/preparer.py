@@ -1,0 +1,61 @@
+"""Writing a record's wait record (its prepare), and writing it again while the record waits,
+prepared ahead, for a call slot (DESIGN.md "The window")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from dispatcher.errors import RecordTooLargeError
+from dispatcher.pod.calls import CallSlots
+from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.pod.lag import AWAITING_CALL_SLOT, UnpreparedRecord
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.wire import OutgoingRecord, SourceRecord, wait_record
+
+
+class Preparer:
+    """The wait-topic side of a record's start: its prepare, then its turn for a call slot."""
+
+    def __init__(self, writer: AckedWriter, topics: TopicConfig, window: WindowConfig,
+                 metrics: DispatcherMetrics, calls: CallSlots) -> None:
+        self._writer = writer
+        self._topics = topics
+        self._window = window
+        self._metrics = metrics
+        self._calls = calls
+
+    async def prepare(self, source: SourceRecord,
+                      pending: UnpreparedRecord) -> tuple[OutgoingRecord, int] | None:
+        """Write the wait record: it and its partition; None when too large for the topic."""
+        prepare = self._wait_record(source)
+        try:
+            partition = await self._writer.write(self._topics.wait_topic, prepare)
+        except RecordTooLargeError as exc:
+            self._metrics.produce_errors.labels("wait").inc()
+            pending.reason = str(exc)
+            return None
+        return prepare, partition
+
+    async def take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
+                             partition: int, pending: UnpreparedRecord) -> OutgoingRecord | None:
+        """Wait for a call slot: the wait record (written again after a long wait, e.g. an open
+        circuit, so it cannot expire into the DLQ while this pod still calls it), or None if
+        the partition was revoked meanwhile (not called here)."""
+        pending.reason, pending.waiting_for_slot = AWAITING_CALL_SLOT, True
+        pending.done.set()  # its wait record is durable: a revoke need not wait for it
+        while not await self._calls.acquire(self._window.refresh_wait_record_s,
+                                            lambda: pending.abandoned):
+            if pending.abandoned:
+                return None
+            prepare = self._wait_record(source)
+            await self._writer.write(self._topics.wait_topic, prepare, partition)
+        if pending.abandoned:
+            self._calls.release()
+            return None
+        pending.waiting_for_slot = False
+        return prepare
+
+    def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
+        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
+        return wait_record(source, self._topics.group, expires_at)
