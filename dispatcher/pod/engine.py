@@ -61,6 +61,7 @@ from dispatcher.pod.preparer import Preparer
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import TopicConfig, WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
+from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
@@ -286,7 +287,7 @@ class AtLeastOnceEngine:
             self._fail(exc, f"record {task.get_name()} failed unexpectedly")
 
     async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord,
-                        turn: asyncio.Event | None) -> None:
+                        turn: DoneSignal | None) -> None:
         key = (source.topic, source.partition)
         try:
             if source.value is None:

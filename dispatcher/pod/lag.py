@@ -3,7 +3,6 @@ record holding back the commit (stuck-record visibility), set once per commit in
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer
 
 from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 
@@ -22,7 +22,7 @@ AWAITING_PREPARE = "its wait record to be acknowledged"  # what a fetched record
 AWAITING_CALL_SLOT = "a call slot (prepared ahead; an open circuit holds it)"
 
 
-@dataclass
+@dataclass(slots=True)
 class UnpreparedRecord:
     """A fetched record not yet committable: its wait record (or DLQ record) is not durable,
     or it waits, prepared ahead, for a call slot."""
@@ -30,7 +30,7 @@ class UnpreparedRecord:
     generation: int
     timestamp_ms: int
     fetched_at: float  # monotonic seconds
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    done: DoneSignal = field(default_factory=DoneSignal)
     abandoned: bool = False  # its partition was revoked before it was called: not called here
     waiting_for_slot: bool = False  # prepared ahead: committable only once its call starts
     reason: str = AWAITING_PREPARE

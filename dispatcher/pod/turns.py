@@ -1,4 +1,4 @@
-"""`--ordering key|partition` for the engine: the flow core's `OrderingGate`, with an event per
+"""`--ordering key|partition` for the engine: the flow core's `OrderingGate`, with a signal per
 record that waits for its turn.
 
 A record is admitted when fetched (in offset order) and waits for its turn; only then is it
@@ -10,33 +10,32 @@ call records of one key at the same time. A waiting record counts toward the win
 
 from __future__ import annotations
 
-import asyncio
-
 from dispatcher.flow.ordering import OrderingGate, OrderingMode
+from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.watermark import TopicPartitionKey
 
 RecordId = tuple[str, int, int]  # topic, partition, offset
 
 
 class Turns:
-    """Which records may call now; `admit` → wait for the returned event → `release`."""
+    """Which records may call now; `admit` → wait for the returned signal → `release`."""
 
     def __init__(self, mode: OrderingMode) -> None:
         self._gate: OrderingGate[RecordId] = OrderingGate(mode)
-        self._waiting: dict[RecordId, asyncio.Event] = {}
+        self._waiting: dict[RecordId, DoneSignal] = {}
         self._admitted: set[RecordId] = set()
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def admit(self, record: RecordId, key: bytes | None) -> asyncio.Event | None:
-        """None when the record may call at once; else an event set when its turn comes (or
+    def admit(self, record: RecordId, key: bytes | None) -> DoneSignal | None:
+        """None when the record may call at once; else a signal set when its turn comes (or
         when its partition is revoked)."""
         self._admitted.add(record)
         if self._gate.admit(record, record[:2], key):
             return None
-        turn = self._waiting[record] = asyncio.Event()
+        turn = self._waiting[record] = DoneSignal()
         return turn
 
     def release(self, record: RecordId) -> None:

@@ -1,0 +1,44 @@
+"""The record's done signal: a revoke's wait ends when the prepare ends, a wait given up (the
+revoke's time limit) leaves the signal usable, and a signal set before the wait never blocks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dispatcher.pod.signals import DoneSignal
+
+pytestmark = pytest.mark.unit
+
+
+async def test_a_signal_set_before_the_wait_does_not_block() -> None:
+    signal = DoneSignal()
+    signal.set()
+    async with asyncio.timeout(1):
+        await signal.wait()
+    assert signal.is_set()
+
+
+async def test_every_waiter_wakes_when_the_signal_is_set() -> None:
+    signal = DoneSignal()
+    waiters = [asyncio.create_task(signal.wait()) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiters)
+    assert not signal.is_set()
+    signal.set()
+    async with asyncio.timeout(1):
+        await asyncio.gather(*waiters)
+
+
+async def test_a_wait_given_up_leaves_the_signal_usable() -> None:
+    signal = DoneSignal()
+    other = asyncio.create_task(signal.wait())
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await signal.wait()
+    assert not other.done()  # the wait given up did not cancel the other waiter
+    signal.set()
+    async with asyncio.timeout(1):
+        await other
+        await signal.wait()
