@@ -75,10 +75,11 @@ class OutcomeWriter:
 
     async def settle(self, source: SourceRecord, wait_id: str, outcome: CallOutcome) -> None:
         if outcome.ok:
-            result = result_record(source, wait_id, outcome)
-            if self._topics.result_topic and result is not None:
+            result_topic = self._topics.result_topic
+            result = result_record(source, wait_id, outcome) if result_topic else None
+            if result_topic and result is not None:
                 try:
-                    await self._writer.write(self._topics.result_topic, result)
+                    await self._writer.write(result_topic, result)
                 except RecordTooLargeError as exc:
                     await self.dead_letter(source, Failure(RECORD_TOO_LARGE, f"the call "
                                                            f"succeeded but its result: {exc}"))
