@@ -92,11 +92,16 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTI
 
 def spawn(args: list[str], log_path: Path,
           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`waitline <args>` as a process logging to `log_path`; `env` adds to this environment."""
+    """`waitline <args>` as a process logging to `log_path`; `env` adds to this environment.
+
+    The child imports `dispatcher` from where this process does (PYTHONPATH, else the installed
+    package): PYTHONSAFEPATH keeps `python -m` from putting the working directory first, where
+    another checkout's package would shadow it (an A/B against a worktree ran the same code
+    twice that way)."""
     with log_path.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=None if env is None else {**os.environ, **env})
+                                env={**os.environ, "PYTHONSAFEPATH": "1", **(env or {})})
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

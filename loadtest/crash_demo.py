@@ -86,7 +86,8 @@ class CrashReport:
 
 def _waitline(*args: str, timeout_s: float = 600) -> str:
     result = subprocess.run([sys.executable, "-m", "dispatcher", *args], capture_output=True,
-                            text=True, timeout=timeout_s, check=False, env=dict(os.environ))
+                            text=True, timeout=timeout_s, check=False,
+                            env={**os.environ, "PYTHONSAFEPATH": "1"})  # as compare.spawn
     if result.returncode != 0:
         raise HarnessError(f"`waitline {' '.join(args)}` failed ({result.returncode}):\n"
                            f"{result.stderr[-3000:]}")
