@@ -6,19 +6,21 @@ import asyncio
 
 
 class DoneSignal:
-    """Set once, awaitable: what `asyncio.Event` does here, without its deque and instance dict
-    (about 1 KB less a record: the window holds one or two per record, most never awaited)."""
+    """Set once, awaitable: `asyncio.Event`'s wait and wake-up, step for step (a future per
+    waiter, woken by `set`), without its deque and instance dict until someone waits (about
+    1 KB less a record: the window holds one or two per record, most never awaited)."""
 
-    __slots__ = ("_set", "_waiter")
+    __slots__ = ("_set", "_waiters")
 
     def __init__(self) -> None:
         self._set = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: list[asyncio.Future[None]] | None = None
 
     def set(self) -> None:
         self._set = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        for waiter in self._waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
 
     def is_set(self) -> bool:
         return self._set
@@ -26,6 +28,11 @@ class DoneSignal:
     async def wait(self) -> None:
         if self._set:
             return
-        if self._waiter is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._waiter)  # a cancelled waiter leaves the signal usable
+        if self._waiters is None:
+            self._waiters = []
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # a cancelled wait takes only its own future with it
+        finally:
+            self._waiters.remove(waiter)

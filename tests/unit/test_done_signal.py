@@ -4,6 +4,7 @@ revoke's time limit) leaves the signal usable, and a signal set before the wait 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -42,3 +43,22 @@ async def test_a_wait_given_up_leaves_the_signal_usable() -> None:
     async with asyncio.timeout(1):
         await other
         await signal.wait()
+
+
+async def test_a_waiter_wakes_in_the_same_step_as_an_event_waiter() -> None:
+    # The revoke's reasoning counts loop steps between a record's signal and the revoke going
+    # on; the signal must not add any over the asyncio.Event it replaced.
+    signal, event = DoneSignal(), asyncio.Event()
+    woken: list[str] = []
+
+    async def wait_for(name: str, wait: Callable[[], Awaitable[object]]) -> None:
+        await wait()
+        woken.append(name)
+
+    waiting = [asyncio.create_task(wait_for("signal", signal.wait)),
+               asyncio.create_task(wait_for("event", event.wait))]
+    await asyncio.sleep(0)
+    signal.set()
+    event.set()
+    await asyncio.gather(*waiting)
+    assert woken == ["signal", "event"]
