@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import psycopg
 
 from connectors.dsn import describe_dsn, first_line, schema_missing
@@ -14,20 +16,24 @@ def registry_unavailable(exc: BaseException) -> bool:
 
 
 class RegistryConnection:
-    """One autocommit psycopg connection, reopened after a connection error."""
+    """One autocommit psycopg connection, reopened after a connection error; shared by the
+    job's mirror and expiry threads (the lock: two threads reconnecting at once must not each
+    open one and drop the other's unclosed)."""
 
     def __init__(self, dsn: str, application_name: str = "waitline-reconcile") -> None:
         self._dsn = dsn
         self._application_name = application_name
         self._conn: psycopg.Connection | None = None
+        self._lock = threading.Lock()
 
     def get(self) -> psycopg.Connection:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self._dsn, autocommit=True, connect_timeout=10,
-                application_name=self._application_name,
-            )  # fmt: skip
-        return self._conn
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(
+                    self._dsn, autocommit=True, connect_timeout=10,
+                    application_name=self._application_name,
+                )  # fmt: skip
+            return self._conn
 
     def check_schema(self) -> None:
         """RegistryError naming the database when the Waitline tables are missing there."""
@@ -42,6 +48,7 @@ class RegistryConnection:
 
     def close(self) -> None:
         """Close the connection (also after an error); the next `get` reconnects."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
