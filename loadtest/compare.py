@@ -90,18 +90,23 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTI
         await admin.close()
 
 
-def spawn(args: list[str], log_path: Path,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`waitline <args>` as a process logging to `log_path`; `env` adds to this environment.
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `python -m dispatcher` child: this one, plus `extra`.
 
     The child imports `dispatcher` from where this process does (PYTHONPATH, else the installed
     package): PYTHONSAFEPATH keeps `python -m` from putting the working directory first, where
     another checkout's package would shadow it (an A/B against a worktree ran the same code
     twice that way)."""
+    return {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
+
+
+def spawn(args: list[str], log_path: Path,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`waitline <args>` as a process logging to `log_path`; `env` adds to `child_env()`."""
     with log_path.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONSAFEPATH": "1", **(env or {})})
+                                env=child_env(env))
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

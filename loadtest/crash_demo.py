@@ -11,7 +11,6 @@ after the kill, and the DLQ and the wait topic at the end.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
 from loadtest.compare import (
     HarnessError,
+    child_env,
     create_topic,
     get_metrics,
     spawn,
@@ -86,8 +86,7 @@ class CrashReport:
 
 def _waitline(*args: str, timeout_s: float = 600) -> str:
     result = subprocess.run([sys.executable, "-m", "dispatcher", *args], capture_output=True,
-                            text=True, timeout=timeout_s, check=False,
-                            env={**os.environ, "PYTHONSAFEPATH": "1"})  # as compare.spawn
+                            text=True, timeout=timeout_s, check=False, env=child_env())
     if result.returncode != 0:
         raise HarnessError(f"`waitline {' '.join(args)}` failed ({result.returncode}):\n"
                            f"{result.stderr[-3000:]}")
