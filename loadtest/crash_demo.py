@@ -23,6 +23,7 @@ import aiohttp
 
 from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
+from dispatcher.pod.engine import most_open
 from loadtest.compare import (
     HarnessError,
     child_env,
@@ -74,8 +75,9 @@ class CrashReport:
             f"({acc.extra_calls:,} repeated calls, same Idempotency-Key)",
             f"bound on repeated calls:           {acc.bound:,} = window {acc.window:,} + "
             f"{len(acc.prepared_since_commit):,} records prepared since the last commit",
-            f"in flight at the kill:             {acc.in_flight_at_kill:,} (window "
-            f"{acc.window:,})",
+            f"in flight at the kill:             {acc.in_flight_at_kill:,} (at most "
+            f"{acc.most_open:,}: window {acc.window:,}, records prepared ahead, tombstones "
+            f"behind it)",
             "every repeat was prepared since the last commit: "
             + ("yes" if acc.repeated <= acc.prepared_since_commit else "NO"),
         ]
@@ -154,7 +156,8 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
                             str(work_dir / f"{tag}-checkpoint"))
     inputs = await input_records(bootstrap, group, topic)
     observed = Observed(
-        inputs=inputs, window=CONCURRENCY, at_kill=at_kill, calls=calls,
+        inputs=inputs, window=CONCURRENCY, most_open=most_open(CONCURRENCY), at_kill=at_kill,
+        calls=calls,
         dlq=await read_dlq_exceptions(bootstrap, dlq_topic, group),
         open_at_end=(await read_wait_topic(bootstrap, wait_topic)).open,
     )  # fmt: skip

@@ -80,6 +80,17 @@ FULL_WINDOW_WAIT_S = 0.5
 CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
 
 
+def tombstones_behind(window: int) -> int:
+    """How many finished records may write their tombstone outside a window of `window`."""
+    return max(1, window // CLOSING_SHARE)
+
+
+def most_open(window: int) -> int:
+    """The most records a pod holds prepared and not yet tombstoned, with a window of `window`:
+    the calls, the records prepared ahead and the tombstones behind it (DESIGN.md)."""
+    return window + prepared_ahead(window) + tombstones_behind(window)
+
+
 class AtLeastOnceEngine:
     """Runs until `stop` is set, then drains for the grace period, commits and returns."""
 
@@ -103,7 +114,7 @@ class AtLeastOnceEngine:
         self._tasks: set[asyncio.Task[None]] = set()
         # Outcome durable, tombstone being written: no window slot held (DESIGN.md, step 4).
         self._closing: set[asyncio.Task[Any]] = set()
-        self._closing_bound = max(1, window.concurrency // CLOSING_SHARE)
+        self._closing_bound = tombstones_behind(window.concurrency)
         self._slot_freed = asyncio.Event()
         self._calls = CallSlots(
             (lambda: window.concurrency) if adaptive is None else (lambda: adaptive.size),

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 def _report(second_calls: int) -> CrashReport:
     ids = [uuid.uuid4() for _ in range(4)]
     observed = Observed(
-        inputs={w: Coordinates(0, o) for o, w in enumerate(ids)}, window=1,
+        inputs={w: Coordinates(0, o) for o, w in enumerate(ids)}, window=1, most_open=1,
         at_kill=AtTheKill(committed={0: 2}, prepared=frozenset(ids[:3]),
                           closed=frozenset(ids[:2])),
         calls={str(ids[0]): 1, str(ids[1]): 1, str(ids[2]): second_calls, str(ids[3]): 1},
