@@ -90,6 +90,11 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                          "some of failure-rate=50%,window=10s,min-calls=20,"
                                          "open=5s,probes=3.", "CIRCUIT_BREAKER",
                                          _WINDOW)] = "on",
+    loop_lag_target: Annotated[str, _opt("Cap calls in flight while the pod's event loop fires "
+                                         "timers later than this on average (more would only "
+                                         "slow it down); 0 = never. Windows of 100 or less "
+                                         "are never capped.", "LOOP_LAG_TARGET",
+                                         _WINDOW)] = "25ms",
     stall_warning: Annotated[str, _opt("Log a partition whose commit has not moved for this "
                                        "long, naming its oldest pending record.",
                                        "STALL_WARNING", _OBS)] = "60s",

@@ -6,7 +6,8 @@ skips the wait topic: its DLQ record's acknowledgement makes it committable.
 
 Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
 few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
-record (`CallSlots`). A full window pauses the partitions (a rebalance may add one poll's worth);
+record (`CallSlots`). While the pod's own event loop lags, the loop guard caps the window below
+N (`LoopWatch`). A full window pauses the partitions (a rebalance may add one poll's worth);
 the poll loop keeps calling `getmany`, so the consumer stays in its group.
 
 Rebalance: revoke waits (at most half the rebalance timeout) for the revoked partitions'
@@ -33,6 +34,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from dispatcher.errors import FatalError, ProduceError
+from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.calls import CallSlots, prepared_ahead
@@ -46,6 +48,7 @@ from dispatcher.pod.lag import (
     Unprepared,
     UnpreparedRecord,
 )
+from dispatcher.pod.loopwatch import LoopWatch
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     UNREADABLE_ERRORS,
@@ -117,8 +120,11 @@ class AtLeastOnceEngine:
         self._closing_bound = tombstones_behind(window.concurrency)
         self._slot_freed = asyncio.Event()
         self._calls = CallSlots(
-            (lambda: window.concurrency) if adaptive is None else (lambda: adaptive.size),
+            self._call_limit,
             None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
+        guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
+                                                                  window.concurrency)
+        self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
         self._prepares = Preparer(writer, topics, window, metrics, self._calls)
         self._last_fetched_ms: int | None = None
         self._joined = False
@@ -150,12 +156,19 @@ class AtLeastOnceEngine:
     def in_flight(self) -> int:  # records holding a window slot
         return len(self._tasks) - len(self._closing)
 
+    def _call_limit(self) -> int:
+        """Calls allowed at once: the window (fixed or adaptive), within the loop guard's cap."""
+        size = self._window.concurrency if self._adaptive is None else self._adaptive.size
+        cap = self._loop_watch.cap
+        return size if cap is None else min(size, cap)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until `stop` is set; FatalError if the engine had to stop on its own."""
         self._consumer.subscribe(list(self._topics.input_topics), listener=Rebalances(self))
         committer = asyncio.create_task(
             self._committer.loop(self._stop, lambda: self._last_fetched_ms),
             name="waitline-commit-loop")
+        loop_watch = asyncio.create_task(self._loop_watch.run(), name="waitline-loop-watch")
         stopping = asyncio.create_task(first_set(stop, self._stop), name="waitline-stop")
         # A rebalance can hold `getmany` for long: a stop request must not wait for it, so the
         # poll loop is cancelled (a cancelled `getmany` leaves its records in the fetch buffer).
@@ -167,6 +180,7 @@ class AtLeastOnceEngine:
                 await poller
         finally:
             stopping.cancel()
+            loop_watch.cancel()
             await self._drain()
             self._stop.set()
             await committer  # finishes its commit in flight; never cancelled mid-commit
@@ -214,11 +228,9 @@ class AtLeastOnceEngine:
             pending.done.set()
 
     async def _poll_once(self) -> None:
-        if self._adaptive is None:
-            calls = self._window.concurrency
-        else:  # --concurrency auto: the window's current size
+        if self._adaptive is not None:  # --concurrency auto: the window's current size
             self._adaptive.used(self._calls.running + self._calls.waiting)
-            calls = self._adaptive.size
+        calls = self._call_limit()
         free = calls + prepared_ahead(calls) - self.in_flight
         if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
             free = self._circuit.admits(free, self.in_flight)

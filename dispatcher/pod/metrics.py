@@ -73,6 +73,13 @@ class DispatcherMetrics:
         self.circuit_transitions = Counter("waitline_circuit_transitions",
                                            "Circuit breaker state changes, by the state entered.",
                                            ["state"], registry=r)
+        self.loop_lag = Gauge("waitline_event_loop_lag_seconds",
+                              "How late the event loop fired a timer, mean over the last "
+                              "second: past --loop-lag-target the loop guard caps the window.",
+                              registry=r)
+        self.loop_cap = Gauge("waitline_loop_cap",
+                              "The loop guard's cap on calls in flight (the window when the "
+                              "loop keeps up; 0 with --loop-lag-target 0).", registry=r)
         # Stuck-record visibility, per assigned partition (a silent stall is what users of
         # other parallel consumers meet most): the oldest record holding back the commit.
         partition = ["topic", "partition"]

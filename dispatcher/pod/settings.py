@@ -29,6 +29,7 @@ from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
 from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
+from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
@@ -117,6 +118,7 @@ class WindowConfig:
     ordering: OrderingMode = OrderingMode.UNORDERED
     adaptive: AdaptiveConfig | None = None  # --concurrency auto
     deadline_s: float = 60.0  # a call's deadline, retries included
+    loop_guard: LoopGuardConfig | None = None  # --loop-lag-target; None: never capped
 
     @property
     def refresh_wait_record_s(self) -> float:
@@ -219,6 +221,7 @@ class DispatchSettings(KafkaClientSettings):
     drain_grace: float = 30.0
     rebalance_timeout: float = 60.0
     stall_warning: float = 60.0
+    loop_lag_target: float = DEFAULT_TARGET_LAG_S
     rate_limit: str | None = None
     circuit_breaker: str = "on"
     ordering: OrderingMode = OrderingMode.UNORDERED
@@ -247,6 +250,20 @@ class DispatchSettings(KafkaClientSettings):
         if seconds <= 0:
             raise ValueError("must be a positive duration")
         return seconds
+
+    @field_validator("loop_lag_target", mode="before")
+    @classmethod
+    def _parse_lag_target(cls, value: Any) -> float:
+        seconds = _duration(value)
+        if seconds < 0:
+            raise ValueError("must be a duration, or 0 for no loop guard")
+        return seconds
+
+    def loop_guard(self) -> LoopGuardConfig | None:
+        """The loop guard (`--loop-lag-target`), None when it is 0 or in batch mode."""
+        if self.mode is Mode.BATCH or self.loop_lag_target == 0:
+            return None
+        return LoopGuardConfig(target_lag_s=self.loop_lag_target)
 
     @model_validator(mode="after")
     def _expiration_outlives_deadline(self) -> DispatchSettings:
@@ -350,7 +367,7 @@ class DispatchSettings(KafkaClientSettings):
                             rebalance_timeout_s=self.rebalance_timeout,
                             stall_warning_s=self.stall_warning,
                             ordering=self.ordering, adaptive=self.adaptive(),
-                            deadline_s=self.deadline)
+                            deadline_s=self.deadline, loop_guard=self.loop_guard())
 
     def counterparty(self) -> CounterpartySettings:
         """The built-in HTTP client's settings (only without --handler)."""

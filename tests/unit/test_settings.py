@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from dispatcher.errors import ConfigError
 from dispatcher.flow.adaptive import AdaptiveConfig
+from dispatcher.flow.loopguard import LoopGuardConfig
 from dispatcher.pod.cli import app
 from dispatcher.pod.runner import describe, is_loopback
 from dispatcher.pod.settings import DispatchSettings, Mode, load_settings
@@ -230,3 +231,17 @@ def test_bounds_that_cross_are_refused() -> None:
 def test_batch_mode_takes_no_auto_window() -> None:
     with pytest.raises(ConfigError, match="batch mode takes a fixed batch size"):
         settings(concurrency="auto", mode="batch")
+
+
+def test_the_loop_guard_holds_the_loop_under_25_ms_by_default_and_0_turns_it_off() -> None:
+    assert settings().window().loop_guard == LoopGuardConfig(target_lag_s=0.025)
+    assert settings(loop_lag_target="40ms").window().loop_guard == LoopGuardConfig(
+        target_lag_s=0.04)
+    assert settings(loop_lag_target="0").window().loop_guard is None
+    assert settings(mode="batch").window().loop_guard is None  # the batch loop has no window
+
+
+@pytest.mark.parametrize("value", ["-5ms", "fast"])
+def test_a_loop_lag_target_that_is_not_a_duration_names_its_flag(value: str) -> None:
+    with pytest.raises(ConfigError, match="--loop-lag-target"):
+        settings(loop_lag_target=value)
