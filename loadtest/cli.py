@@ -205,6 +205,9 @@ def compare(
     workers: Annotated[int, typer.Option(
         help="The pod's --workers (processes sharing the window N).",
         rich_help_panel=_FREE)] = 1,
+    loop_lag_target: Annotated[str | None, typer.Option(
+        help="The pod's --loop-lag-target (0: no loop guard, e.g. to hold 10,000 in flight "
+             "for a memory measurement); default: the pod's.", rich_help_panel=_FREE)] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -227,7 +230,8 @@ def compare(
         return custom_scenario(concurrency=concurrency, model=model,
                                duration_s=parse_duration_s(duration), mode=mode,
                                partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                               max_concurrency=max_concurrency, keys=keys, workers=workers)
+                               max_concurrency=max_concurrency, keys=keys, workers=workers,
+                               loop_lag_target=loop_lag_target)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
                              custom if concurrency is not None else None)

@@ -49,6 +49,7 @@ SAMPLE_EVERY_S = 0.5
 FINISHED = "waitline_records_finished_total"
 DURATION = "waitline_record_duration_seconds"
 WINDOW = "waitline_window"
+LOOP_CAP = "waitline_loop_cap"
 
 
 class HarnessError(WaitlineError):
@@ -73,7 +74,8 @@ class RunResult:
     peak_rss_mb: float
     steady_s: float
     duplicate_calls: int
-    mean_window: float  # the window over the steady state (auto: the size it settled at)
+    mean_window: float  # calls allowed over the steady state (auto: the size it settled at;
+    # within the loop guard's cap)
     shed_share: float  # the counterparty's 503 answers / its requests
 
     def as_json(self) -> dict[str, object]:
@@ -117,6 +119,13 @@ def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def effective_window(metrics: dict[tuple[str, str], float]) -> float:
+    """The calls the pod allows now: its window, within the loop guard's cap when it has one
+    (a cap of 0: no guard, or the bare loop)."""
+    window, cap = metric_sum(metrics, WINDOW), metric_sum(metrics, LOOP_CAP)
+    return min(window, cap) if cap > 0 else window
 
 
 async def get_metrics(session: aiohttp.ClientSession,
@@ -249,7 +258,7 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
         cpu_s, rss = _cpu_and_rss(process)
         now = time.monotonic()
         samples.append(Sample(now - started, metric_sum(metrics, FINISHED), cpu_s, rss,
-                              metric_sum(metrics, WINDOW)))
+                              effective_window(metrics)))
         if samples[-1].finished >= spec.records:
             break
         if now - last_report >= 5:

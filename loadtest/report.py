@@ -92,7 +92,9 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
         "TPS is the steady state (warm-up and drain tail excluded); bound = N / mean latency "
         "of the model (Little's law); efficiency = TPS / bound. p50/p99 are per-record times "
         "from fetch to finished (batch: to its batch's commit). CPU is the pod process's "
-        "user+system seconds per 1,000 records in the steady state. The machine is shared, so "
+        "user+system seconds per 1,000 records in the steady state. Mean window: the calls the "
+        "pod allowed over the steady state (with `auto`, its size; within the loop guard's "
+        "cap, `waitline_loop_cap`, when the pod's event loop lagged). The machine is shared, so "
         "compare ratios within one run rather than absolute figures across runs.",
         "",
     ]

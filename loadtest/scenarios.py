@@ -36,6 +36,7 @@ class RunSpec:
     max_concurrency: int = 5000  # with concurrency "auto"
     keys: int | None = None  # distinct record keys; None: every record its own
     workers: int = 1  # the pod's --workers (the window N is the pod's, shared among them)
+    loop_lag_target: str | None = None  # the pod's --loop-lag-target; None: its default
 
     def pod_flags(self) -> list[str]:
         """The `waitline dispatch` flags this run adds to the harness's own."""
@@ -47,6 +48,8 @@ class RunSpec:
             flags += ["--rate-limit", self.rate_limit]
         if self.workers > 1:
             flags += ["--workers", str(self.workers)]
+        if self.loop_lag_target is not None:
+            flags += ["--loop-lag-target", self.loop_lag_target]
         return flags
 
 
@@ -151,7 +154,7 @@ SCENARIOS: dict[str, Scenario] = {
 def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: str,
                     partitions: int, ordering: str, rate_limit: str | None,
                     max_concurrency: int, keys: int | None = None,
-                    workers: int = 1) -> Scenario:
+                    workers: int = 1, loop_lag_target: str | None = None) -> Scenario:
     """A scenario from `compare`'s free parameters: one run per window in `concurrency`
     (comma-separated numbers and `auto`), each given records for about `duration_s` of steady
     state at its bound (capped at what this machine can finish)."""
@@ -191,7 +194,8 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
         runs.append(RunSpec(mode, window, model, max(100, int(tps * (duration_s + warmup_s))),
                             warmup_s=warmup_s, max_duration_s=2 * duration_s + 30,
                             partitions=partitions, ordering=ordering, rate_limit=rate_limit,
-                            max_concurrency=max_concurrency, keys=keys, workers=workers))
+                            max_concurrency=max_concurrency, keys=keys, workers=workers,
+                            loop_lag_target=loop_lag_target))
     pods = f", {workers} workers" if workers > 1 else ""
     return Scenario("custom", f"{mode}, N = {concurrency}, model {model}{pods}", tuple(runs))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.errors import ConfigError
-from loadtest.compare import RunResult, overhead_lines
+from loadtest.compare import RunResult, effective_window, overhead_lines
 from loadtest.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
 
 pytestmark = pytest.mark.unit
@@ -87,3 +87,19 @@ def test_overhead_lines_give_the_pod_over_bare_cpu_ratio_per_window() -> None:
     assert overhead_lines(rows) == [
         "- N = 100: pod / bare loop CPU per record = 2.50 (goal ≤ 2); TPS 960 vs 990", ""]
     assert overhead_lines(rows[1:]) == []
+
+
+def test_the_loop_lag_target_is_passed_to_the_pod_only_when_given() -> None:
+    default = custom_scenario(concurrency="1000", **DEFAULTS).runs[0]  # type: ignore[arg-type]
+    assert "--loop-lag-target" not in default.pod_flags()
+    off = custom_scenario(concurrency="1000", **DEFAULTS,  # type: ignore[arg-type]
+                          loop_lag_target="0").runs[0]
+    assert off.pod_flags()[-2:] == ["--loop-lag-target", "0"]
+
+
+def test_the_window_sampled_is_the_one_the_loop_guard_allows() -> None:
+    metrics = {("waitline_window", ""): 5000.0, ("waitline_loop_cap", ""): 1800.0}
+    assert effective_window(metrics) == 1800.0
+    assert effective_window({("waitline_window", ""): 5000.0,
+                             ("waitline_loop_cap", ""): 0.0}) == 5000.0  # no guard
+    assert effective_window({("waitline_window", ""): 100.0}) == 100.0  # the bare loop
