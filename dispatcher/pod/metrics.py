@@ -79,7 +79,8 @@ class DispatcherMetrics:
                               registry=r)
         self.loop_cap = Gauge("waitline_loop_cap",
                               "The loop guard's cap on calls in flight (the window when the "
-                              "loop keeps up; 0 with --loop-lag-target 0).", registry=r)
+                              "loop keeps up; 0 without a guard: --loop-lag-target 0, batch mode).",
+                              registry=r)
         # Stuck-record visibility, per assigned partition (a silent stall is what users of
         # other parallel consumers meet most): the oldest record holding back the commit.
         partition = ["topic", "partition"]
