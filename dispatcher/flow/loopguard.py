@@ -8,7 +8,9 @@ and calls queue behind the loop instead of at the counterparty (measured on the 
 passes `target_lag_s`, caps the window below what is in flight:
 `cap = in_flight * clamp(target / lag, 1 - max_cut, 1)`. While the lag stays under half the
 target the cap grows by a tenth a period (√cap at least), back up to the window; between the
-two it holds.
+two it holds. A window opens the same way: the cap starts at `start` (1,000), so a pod with a
+window of thousands does not fetch, prepare and call thousands of records in its first second
+(at N = 5000 that lagged the loop 200-250 ms and took three periods of cuts to undo).
 
 Windows of `floor` or fewer are never capped, no cap goes below `floor`, and a loop that lags
 with `floor` records or fewer in the window is left alone: at small N the loop is never what
@@ -37,10 +39,11 @@ class LoopGuardConfig:
     floor: int = DEFAULT_FLOOR
     max_cut: float = 0.25  # the most one period may take off the cap
     growth: float = 0.1  # what one period adds to a cap while the loop keeps up
+    start: int = 1000  # the cap a window opens with
 
     def __post_init__(self) -> None:
         if not (self.target_lag_s > 0 and self.floor >= 1 and 0 < self.max_cut < 1
-                and self.growth > 0):
+                and self.growth > 0 and self.start >= 1):
             raise ConfigError(f"invalid loop guard constants: {self}")
 
 
@@ -59,7 +62,7 @@ class LoopGuard:
     def __init__(self, config: LoopGuardConfig, window: int) -> None:
         self.config = config
         self.window = window
-        self.cap = window
+        self.cap = min(window, max(config.floor, config.start))
 
     @property
     def binding(self) -> bool:

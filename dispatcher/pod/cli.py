@@ -93,7 +93,8 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     loop_lag_target: Annotated[str, _opt("Cap calls in flight while the pod's event loop fires "
                                          "timers later than this on average (more would only "
                                          "slow it down); 0 = never. Windows of 100 or less "
-                                         "are never capped.", "LOOP_LAG_TARGET",
+                                         "are never capped; larger ones open from 1,000.",
+                                         "LOOP_LAG_TARGET",
                                          _WINDOW)] = "25ms",
     stall_warning: Annotated[str, _opt("Log a partition whose commit has not moved for this "
                                        "long, naming its oldest pending record.",

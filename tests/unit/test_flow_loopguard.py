@@ -18,6 +18,8 @@ TARGET_S = 0.025
 
 
 def guard(window: int, **config: float) -> LoopGuard:
+    """A guard whose window opens at once, unless `start` is given."""
+    config = {"start": window, **config}
     return LoopGuard(LoopGuardConfig(target_lag_s=TARGET_S, **config), window)  # type: ignore[arg-type]
 
 
@@ -26,6 +28,17 @@ def test_a_loop_that_keeps_up_leaves_the_window_alone() -> None:
     for _ in range(50):
         assert subject.period_ended(0.001, 5000) is None
     assert subject.cap == 5000 and not subject.binding
+
+
+def test_a_big_window_opens_from_a_thousand_by_a_tenth_a_period_while_the_loop_keeps_up() -> None:
+    subject = LoopGuard(LoopGuardConfig(), 5000)
+    assert subject.cap == 1000
+    caps = [subject.cap]
+    while subject.binding:
+        subject.period_ended(0.001, subject.cap)
+        caps.append(subject.cap)
+    assert caps[:3] == [1000, 1100, 1210] and caps[-1] == 5000 and len(caps) == 18
+    assert LoopGuard(LoopGuardConfig(), 800).cap == 800  # a smaller window opens at once
 
 
 def test_a_lagging_loop_cuts_below_what_is_in_flight_by_the_gradient() -> None:
@@ -87,18 +100,19 @@ def test_a_period_without_samples_changes_nothing() -> None:
 
 
 @pytest.mark.parametrize("config", [{"target_lag_s": 0}, {"floor": 0}, {"max_cut": 1},
-                                    {"max_cut": 0}, {"growth": 0}])
+                                    {"max_cut": 0}, {"growth": 0}, {"start": 0}])
 def test_invalid_constants_are_refused(config: dict[str, float]) -> None:
     with pytest.raises(ConfigError, match="loop guard"):
         LoopGuardConfig(**config)  # type: ignore[arg-type]
 
 
-@given(window=st.integers(1, 100_000),
+@given(window=st.integers(1, 100_000), start=st.integers(1, 100_000),
        periods=st.lists(st.tuples(st.floats(0, 5, allow_nan=False), st.integers(0, 100_000)),
                         max_size=60))
 def test_the_cap_stays_within_the_floor_and_the_window_and_moves_only_as_the_lag_says(
-        window: int, periods: list[tuple[float, int]]) -> None:
-    subject = guard(window)
+        window: int, start: int, periods: list[tuple[float, int]]) -> None:
+    subject = guard(window, start=start)
+    assert subject.cap == min(window, max(100, start))
     for lag, in_flight in periods:
         before = subject.cap
         change = subject.period_ended(lag, in_flight)
