@@ -181,6 +181,8 @@ class AtLeastOnceEngine:
         finally:
             stopping.cancel()
             loop_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_watch
             await self._drain()
             self._stop.set()
             await committer  # finishes its commit in flight; never cancelled mid-commit

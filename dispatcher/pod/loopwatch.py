@@ -29,6 +29,7 @@ class LoopWatch:
         self._guard = guard
         self._metrics = metrics
         self._in_flight = in_flight
+        self._cutting = False  # the last change was a cut: the loop was saturated
         metrics.loop_cap.set(guard.cap if guard is not None else 0)
 
     @property
@@ -52,17 +53,19 @@ class LoopWatch:
         self._metrics.loop_lag.set(mean_lag_s)
         if self._guard is None:
             return
-        was_binding = self._guard.binding
         change = self._guard.period_ended(mean_lag_s, self._in_flight())
         if change is None:
             return
         self._metrics.loop_cap.set(change.new)
-        if change.new < change.old and not was_binding:
-            log.info("the event loop is saturated (mean lag %.0f ms): the window is capped at "
-                     "%d calls until it catches up", mean_lag_s * 1000, change.new)
+        cut = change.new < change.old
+        was_cutting, self._cutting = self._cutting, cut
+        if cut and not was_cutting:
+            log.info("the event loop is saturated (mean lag %.0f ms): calls in flight capped "
+                     "at %d (window %d) until it catches up", mean_lag_s * 1000, change.new,
+                     self._guard.window)
         elif not self._guard.binding:
-            log.info("the event loop caught up (mean lag %.0f ms): the window is %d again",
-                     mean_lag_s * 1000, change.new)
+            log.info("the event loop keeps up (mean lag %.0f ms): the whole window of %d is "
+                     "open", mean_lag_s * 1000, change.new)
         else:
             log.debug("loop cap %d -> %d (mean lag %.1f ms)", change.old, change.new,
                       mean_lag_s * 1000)
