@@ -34,6 +34,7 @@ class KafkaService:
         self.heap = heap
         self.libs_dir = libs_dir or kafka_libs_dir()
         self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
+        self._log_start = 0  # size of server.log when this object last started the broker
 
     @property
     def bootstrap_servers(self) -> str:
@@ -98,6 +99,7 @@ class KafkaService:
         if self.pid() is not None:
             return
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         config = self._render_config()
         self._format_storage(config)
         # The config path carries self.home, which is what pid() matches on.
@@ -132,19 +134,43 @@ class KafkaService:
     def healthy(self) -> bool:
         return asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=5.0))
 
+    def _exited(self) -> bool:
+        """For a broker this object started, its own exit status decides (a read of /proc
+        can miss a live process); for one found by PID file, the PID check."""
+        if self._process is not None:
+            return self._process.poll() is not None
+        return self.pid() is None
+
+    def startup_errors(self) -> str:
+        """The broker's own reasons from the log written since this object started it: its ERROR
+        lines and their causes, e.g. "Socket server failed to bind ...: Address already in use"."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                text = log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+        reasons = [line.strip() for line in text.splitlines()
+                   if " ERROR " in line or line.startswith("Caused by:")]
+        return "\n".join(dict.fromkeys(reasons))  # each once, in order
+
     def wait_healthy(self, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            if self._exited():
+                self._reap()
                 raise StackError(
-                    "Kafka exited during start-up. Last lines of its logs:\n"
-                    f"{log_tail(self._stdout_path)}\n{log_tail(self.log_path)}"
+                    f"Kafka exited during start-up. Its errors:\n"
+                    f"{self.startup_errors() or '(none logged)'}\n"
+                    f"Last lines of {self._stdout_path}:\n{log_tail(self._stdout_path)}\n"
+                    f"Full log: {self.log_path}"
                 )
             if asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=3.0)):
                 return
             time.sleep(0.5)
         raise StackError(
             f"Kafka did not answer on {self.bootstrap_servers} within {timeout_s:.0f} s. "
+            f"Its errors:\n{self.startup_errors() or '(none logged)'}\n"
             f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
         )
 

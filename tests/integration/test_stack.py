@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dispatcher.devstack.processes import pid_alive
 from dispatcher.devstack.stack import LocalStack, StackPorts, free_port
+from dispatcher.errors import StackError
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +150,24 @@ def test_dev_up_reports_a_failing_service_with_its_log(tmp_path: Path) -> None:
         assert "Last lines of" in str(info.value)
     finally:
         stack.postgres.stop()
+
+
+def test_a_broker_whose_port_a_connection_holds_fails_with_the_brokers_reason(
+    tmp_path: Path,
+) -> None:
+    """A client connection whose source port is the broker's port (possible while the broker is
+    down, when the port lies in the ephemeral range) makes the broker's bind fail. The error names
+    the broker's own reason, not just the last lines of a config dump."""
+    port = free_port()
+    with socket.create_server(("127.0.0.1", 0)) as elsewhere, \
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
+        client.bind(("127.0.0.1", port))
+        client.connect(elsewhere.getsockname())
+        stack = LocalStack(tmp_path, StackPorts(port, free_port(), free_port()))
+        stack.kafka.start()
+        try:
+            with pytest.raises(StackError, match="Kafka exited during start-up") as info:
+                stack.kafka.wait_healthy(timeout_s=90)
+        finally:
+            stack.kafka.stop()
+    assert f"failed to bind to 127.0.0.1:{port}: Address already in use" in str(info.value)
