@@ -18,9 +18,10 @@ from dispatcher.pod.settings import LogFormat
 
 
 class RepeatFilter(logging.Filter):
-    """Lets the same message (logger and template) through once per `interval_s`; the next one
-    let through says how many were held back. aiokafka logs each failed reconnect, thousands per
-    second while a broker is down, which would drown the pod's own lines."""
+    """Lets the same line (logger and rendered message) through once per `interval_s`; the next
+    one let through says how many were held back. aiokafka logs each failed reconnect, thousands
+    per second while a broker is down, which would drown the pod's own lines. Lines that differ
+    in content (which partitions a rebalance revoked) all pass."""
 
     def __init__(self, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
                  ) -> None:
@@ -30,7 +31,7 @@ class RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, object], tuple[float, int]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.msg)
+        key = (record.name, record.getMessage())
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last[0] < self._interval_s:
@@ -41,7 +42,7 @@ class RepeatFilter(logging.Filter):
             self._last.clear()
         self._last[key] = (now, 0)
         if held_back:
-            record.msg = f"{record.msg} [{held_back} similar lines held back]"
+            record.msg = f"{record.msg} [{held_back} identical lines held back]"
         return True
 
 

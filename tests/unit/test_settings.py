@@ -169,7 +169,26 @@ def test_repeat_filter_holds_back_repeats_and_counts_them() -> None:
     now[0] = 5.0
     later = record("Unable connect to %s")
     assert repeat.filter(later)
-    assert "[100 similar lines held back]" in str(later.msg)
+    assert "[100 identical lines held back]" in str(later.msg)
+
+
+def test_repeat_filter_lets_lines_with_different_content_through() -> None:
+    """A pod's rebalance lines share a template but differ in content; holding back all but one
+    per 5 s hid which partitions a pod gave up and got during a rebalance storm."""
+    import logging
+
+    from dispatcher.logs import RepeatFilter
+
+    repeat = RepeatFilter(interval_s=5.0, clock=lambda: 0.0)
+
+    def record(*args: object) -> logging.LogRecord:
+        return logging.LogRecord("dispatcher.pod.engine", logging.INFO, __file__, 1,
+                                 "partitions revoked: %s", args, None)
+
+    assert repeat.filter(record("none"))
+    assert repeat.filter(record("orders/0, orders/1"))
+    assert repeat.filter(record("orders/2"))
+    assert not repeat.filter(record("orders/2"))
 
 
 def test_event_loop_choice_runs_the_coroutine_on_the_chosen_loop() -> None:
