@@ -21,7 +21,7 @@ from typing import Any, Self
 
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
 from dispatcher.pod.runner import run_pod
@@ -35,6 +35,7 @@ from dispatcher.wire import (
     parse_wait_record,
     wait_id_for,
 )
+from loadtest.compare import create_topic as create_and_wait
 from loadtest.crash_observe import (  # noqa: F401 - re-exported for the tests
     committed_offsets,
     end_offsets,
@@ -51,13 +52,7 @@ HOLDS_PARTITIONS_LOG = r"partitions assigned: (?!none)"
 
 async def create_topic(bootstrap: str, name: str, partitions: int = 3,
                        configs: dict[str, str] | None = None) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                            replication_factor=1, topic_configs=configs or {})])
-    finally:
-        await admin.close()
+    await create_and_wait(bootstrap, name, partitions, configs)
 
 
 async def topic_exists(bootstrap: str, name: str) -> bool:
