@@ -4,6 +4,11 @@ The state machine is `dispatcher.flow.breaker` (pure); this shell gives it the c
 transition and shows the state in metrics. While the circuit is open the engine fetches no new
 records (the consumer keeps polling, so the pod stays in its group) and the records in flight
 keep retrying to their deadline.
+
+A probe record (called while the circuit is half-open) that runs into its deadline was failed
+by the outage, not by itself: it goes back to the call line once instead of to the DLQ, so an
+outage sends no more than the calls in flight when it began to the DLQ. Once only, so a record
+the counterparty always fails cannot keep the circuit from closing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dispatcher.flow.breaker import (
     Transition,
 )
 from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.outcome import DEADLINE_ERROR, CallOutcome
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,21 @@ class Circuit:
     def admits(self, free: int, calls_in_flight: int) -> int:
         """How many of `free` window slots new records may take now."""
         return self._breaker.admits(self._clock(), free, calls_in_flight)
+
+    @property
+    def probing(self) -> bool:
+        """True while half-open: a record given a call slot now is a probe record."""
+        return self._breaker.state is CircuitState.HALF_OPEN
+
+    def takes_back(self, outcome: CallOutcome) -> bool:
+        """Whether a probe record that ended with `outcome` goes back to the call line: its
+        deadline ran out (every attempt failed to answer for its health) and the circuit is
+        still not closed. A final answer (a 4xx, say) is the record's own outcome."""
+        timed_out = outcome.failure is not None and outcome.failure.exception == DEADLINE_ERROR
+        if not timed_out or self._breaker.poll(self._clock()) is CircuitState.CLOSED:
+            return False
+        self._metrics.probes_returned.inc()
+        return True
 
     def _transitioned(self, transition: Transition) -> None:
         self._show(transition.new)

@@ -37,10 +37,11 @@ from dispatcher.errors import FatalError, ProduceError
 from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.pod.adaptive import AdaptiveWindow
+from dispatcher.pod.caller import Caller
 from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
-from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
+from dispatcher.pod.counterparty import Counterparty
 from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import (
     AWAITING_PREPARE,
@@ -72,7 +73,6 @@ from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
     SourceRecord,
-    idempotency_key_of,
     tombstone_of,
 )
 
@@ -106,7 +106,6 @@ class AtLeastOnceEngine:
         self._adaptive = adaptive
         self._writer = writer
         self._outcomes = OutcomeWriter(writer, topics, metrics)
-        self._counterparty = counterparty
         self._topics = topics
         self._window = window
         self._metrics = metrics
@@ -126,6 +125,7 @@ class AtLeastOnceEngine:
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
         self._prepares = Preparer(writer, topics, window, metrics, self._calls)
+        self._caller = Caller(counterparty, self._calls, self._prepares, metrics, circuit)
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._next_partition = 0  # where the next fair fetch starts
@@ -338,14 +338,9 @@ class AtLeastOnceEngine:
             if called is None:  # revoked while it waited: uncommitted, the next owner calls it
                 return
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
-            prepare, wait_partition = called, prepared[1]
-            wait_id = (prepare.key or b"").decode()  # the wait record's key is the wait id
-            try:
-                outcome = await call_settling_bugs(self._counterparty, CallRequest(
-                    source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
-            finally:
-                self._calls.release()
-            self._metrics.call_latency.observe(outcome.elapsed_s)
+            wait_partition = prepared[1]
+            wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
+            outcome, prepare = await self._caller.call(source, wait_id, called, wait_partition)
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
             self._free_slot_before_tombstone()

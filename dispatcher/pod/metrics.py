@@ -73,6 +73,10 @@ class DispatcherMetrics:
         self.circuit_transitions = Counter("waitline_circuit_transitions",
                                            "Circuit breaker state changes, by the state entered.",
                                            ["state"], registry=r)
+        self.probes_returned = Counter("waitline_circuit_probes_returned",
+                                       "Probe records that ran into their deadline while the "
+                                       "circuit stayed open and went back to the call line "
+                                       "instead of the DLQ (once each).", registry=r)
         self.loop_lag = Gauge("waitline_event_loop_lag_seconds",
                               "How late the event loop fired a timer, mean over the last "
                               "second: past --loop-lag-target the loop guard caps the window.",

@@ -56,6 +56,17 @@ class Preparer:
         pending.waiting_for_slot = False
         return prepare
 
+    async def call_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
+        """A record already called goes back to the call line (a probe the outage timed out):
+        its wait record is written again for the wait to come (and again each
+        `refresh_wait_record_s` of it), then it takes a slot. A revoke does not take it out:
+        it was called, so the wait registry owns it."""
+        while True:
+            prepare = self._wait_record(source)
+            await self._writer.write(self._topics.wait_topic, prepare, partition)
+            if await self._calls.acquire(self._window.refresh_wait_record_s):
+                return prepare
+
     def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
         expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
         return wait_record(source, self._topics.group, expires_at)
