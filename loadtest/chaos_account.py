@@ -12,7 +12,7 @@ allows:
   was prepared since the last commit at one of the kills;
 - scenarios without a crash may state a maximum of extra calls (0 for a clean rebalance);
 - every DLQ record names a reason (its exception), and scenarios may require that every record
-  was called or reached the DLQ (none left open).
+  was called or reached the DLQ (none left open), or bound how many reached the DLQ.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Allowed:
 
     extra_calls: int | None = None  # None: only what the kills explain
     open_at_end: bool = True  # records left open in the wait topic (a kill's leftovers)
+    dead_lettered: int | None = None  # most records in the DLQ (an outage: the window)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,9 @@ def account_faults(observed: FaultObservation, allowed: Allowed) -> FaultAccount
                           "not open")
     if not allowed.open_at_end and outcomes[Outcome.OPEN]:
         violations.append(f"{outcomes[Outcome.OPEN]} records left open in the wait topic")
+    dead = sum(1 for wait_id in observed.inputs if observed.dlq.get(wait_id))
+    if allowed.dead_lettered is not None and dead > allowed.dead_lettered:
+        violations.append(f"{dead} records in the DLQ (allowed: {allowed.dead_lettered})")
     if "" in reasons:
         violations.append(f"{reasons['']} DLQ records name no reason")
     bound: int | None = None

@@ -62,6 +62,14 @@ def test_dlq_and_open_records_are_accounted_and_open_ones_can_be_refused() -> No
     assert refused.dlq_by_exception == {"TimeoutError": 1}
 
 
+def test_more_records_in_the_dlq_than_allowed_is_a_violation() -> None:
+    calls = dict.fromkeys(range(RECORDS), 1)
+    observed = observe(calls, dlq={0: ["TimeoutError"], 1: ["TimeoutError"]})
+    assert account_faults(observed, Allowed(dead_lettered=2)).ok
+    assert account_faults(observed, Allowed(dead_lettered=1)).violations == (
+        "2 records in the DLQ (allowed: 1)",)
+
+
 def test_a_dlq_record_without_a_reason_is_a_violation() -> None:
     calls = dict.fromkeys(range(1, RECORDS), 1)
     result = account_faults(observe(calls, dlq={0: [""]}), Allowed())
