@@ -41,14 +41,14 @@ class Caller:
                               source, wait_id)
         returned = False
         while True:
-            probe = self._circuit is not None and self._circuit.probing
+            # the circuit, if this call is one of its probes
+            probed = self._circuit if self._circuit and self._circuit.probing else None
             try:
                 outcome = await call_settling_bugs(self._counterparty, request)
             finally:
                 self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
-            if returned or not probe or self._circuit is None or not self._circuit.takes_back(
-                    outcome):
+            if returned or probed is None or not probed.takes_back(outcome):
                 return outcome, prepare
             returned = True
             log.info("wait id %s: its probe call timed out and the circuit is still open: back "
