@@ -32,6 +32,7 @@ from loadtest.cli_mirror import (
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
 from loadtest.generator import produce
 from loadtest.latency import parse_model
+from loadtest.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
     from loadtest.compare import RunResult
@@ -179,7 +180,7 @@ _FREE = "Free parameters (instead of a named scenario)"
 def compare(
     *,
     scenario: Annotated[str, typer.Option(
-        help="reference | timeout-storm | scale | adaptive | auto-reference | tiny.")
+        help=" | ".join(SCENARIOS) + ".")
     ] = "reference",
     concurrency: Annotated[str | None, typer.Option(
         help="Windows to run, comma-separated numbers and auto, e.g. 10,50,200,auto; runs "
