@@ -6,6 +6,13 @@ finished records in `waitline_records_finished_total` on a metrics port, so the 
 measures it exactly as it measures the pod (`--scenario overhead`). No retries, no deadline, no
 DLQ, no prepare or tombstone: what is left is the floor of the CPU a record costs on this stack,
 and the pod's CPU per record is reported as a multiple of it.
+
+With `--wait-topic` it is the *protocol floor* instead (`bare-wait` in the harness): each record's
+wait record is written and acknowledged before its POST and its tombstone after it, the same
+bytes with the same producer settings as the pod's, but none of the engine (no watermark, no
+commits of its own, no deadline, retries, metrics or flow control). The pod's CPU per record
+over this loop's is what the engine itself costs; this loop's over the plain one, what the two
+acknowledged writes of DESIGN.md's lifecycle cost.
 """
 
 from __future__ import annotations
@@ -13,20 +20,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from dispatcher.pod.counterparty import pooled_session
+from dispatcher.pod.kafka_io import make_producer, producer_batch_bytes
+from dispatcher.pod.settings import KafkaConfig, TopicConfig
+from dispatcher.pod.settle import source_record
+from dispatcher.pod.topics import ensure_topics
+from dispatcher.wire import tombstone_of, wait_record
 
 POLL_TIMEOUT_MS = 100
 CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in client connects by default
+WAIT_EXPIRATION = timedelta(minutes=5)  # only written, never read: the floor has no registry
 
 
 async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, concurrency: int,
-                        metrics_port: int) -> None:
-    """Dispatch until SIGTERM/SIGINT; every record is called once, whatever the answer."""
+                        metrics_port: int, wait_topic: str | None = None) -> None:
+    """Dispatch until SIGTERM/SIGINT; every record is called once, whatever the answer (with
+    `wait_topic`, between its acknowledged wait record and tombstone)."""
     registry = CollectorRegistry()
     finished = Counter("waitline_records_finished", "Records called (any answer).",
                        registry=registry)
@@ -40,14 +57,19 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
                                 max_poll_records=concurrency)
     slots = asyncio.Semaphore(concurrency)
     calls: set[asyncio.Task[None]] = set()
-    async with pooled_session(concurrency, CONNECT_TIMEOUT_S) as session:
-        async def call(value: bytes) -> None:
+    async with pooled_session(concurrency, CONNECT_TIMEOUT_S) as session, \
+            _wait_topic_writes(bootstrap, topic, wait_topic, group) as bracket:
+        async def post(value: bytes) -> None:
             try:
                 async with session.post(url, data=value,
                                         headers={"Content-Type": "application/json"}) as answer:
                     await answer.read()
             except aiohttp.ClientError:
                 pass  # the baseline does not retry: a lost call is simply lost
+
+        async def call(record: ConsumerRecord[bytes, bytes]) -> None:
+            try:
+                await bracket(record, post)
             finally:
                 slots.release()
                 finished.inc()
@@ -59,7 +81,7 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
                                                  max_records=concurrency)
                 for record in (r for batch in batches.values() for r in batch):
                     await slots.acquire()  # a full window holds the fetch loop here
-                    task = asyncio.create_task(call(record.value or b""))
+                    task = asyncio.create_task(call(record))
                     calls.add(task)
                     task.add_done_callback(calls.discard)
         finally:
@@ -68,3 +90,46 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*calls, return_exceptions=True)
             await consumer.stop()
+
+
+Bracket = Callable[[ConsumerRecord[bytes, bytes], Callable[[bytes], Awaitable[None]]],
+                   Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def _wait_topic_writes(bootstrap: str, topic: str, wait_topic: str | None,
+                             group: str) -> AsyncIterator[Bracket]:
+    """What runs around each POST: nothing, or the record's acknowledged wait record before it
+    and tombstone after it, written as the pod writes them (the wait topic is created with the
+    input topic's partitions when missing, by the pod's own code)."""
+    if wait_topic is None:
+        async def post_only(record: ConsumerRecord[bytes, bytes],
+                            post: Callable[[bytes], Awaitable[None]]) -> None:
+            await post(record.value or b"")
+
+        yield post_only
+        return
+    kafka = KafkaConfig(bootstrap, "waitline-bare", "PLAINTEXT", None, None, None, None, None,
+                        None)
+    limits = await ensure_topics(kafka, TopicConfig(
+        input_topics=(topic,), group=group, wait_topic=wait_topic, dlq_topic=f"{wait_topic}.dlq",
+        result_topic=None, create_missing=True, delete_retention_s=86_400.0))
+    producer = make_producer(kafka, max_batch_size=producer_batch_bytes(limits))
+    await producer.start()
+
+    async def prepared(record: ConsumerRecord[bytes, bytes],
+                       post: Callable[[bytes], Awaitable[None]]) -> None:
+        prepare = wait_record(source_record(record), group, datetime.now(UTC) + WAIT_EXPIRATION)
+        written = await producer.send_and_wait(wait_topic, prepare.value, key=prepare.key,
+                                               headers=list(prepare.headers))
+        await post(record.value or b"")
+        tombstone = tombstone_of(prepare)
+        await producer.send_and_wait(wait_topic, None, key=tombstone.key,
+                                     headers=list(tombstone.headers),
+                                     partition=written.partition)
+
+    try:
+        yield prepared
+    finally:
+        await producer.stop()
+

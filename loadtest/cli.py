@@ -103,6 +103,10 @@ def bare(
     metrics_port: Annotated[int, typer.Option(help="Port of /metrics.", min=1)] = 9200,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
+    wait_topic: Annotated[str | None, typer.Option(
+        help="Write each record's wait record before its POST and its tombstone after it, as "
+             "the pod does, with none of the pod's engine (the protocol floor); the topic is "
+             "created as the pod creates it.")] = None,
 ) -> None:
     """The overhead baseline: consume and POST, no wait topic, no retries (at most once)."""
     from loadtest.bare import run_bare_loop  # noqa: PLC0415
@@ -112,7 +116,8 @@ def bare(
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
     asyncio.run(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
-                              concurrency=concurrency, metrics_port=metrics_port))
+                              concurrency=concurrency, metrics_port=metrics_port,
+                              wait_topic=wait_topic))
 
 
 @app.command("produce",

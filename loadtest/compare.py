@@ -41,7 +41,7 @@ from loadtest.measure import (
     parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import AUTO, BARE, INPUT_PARTITIONS, RunSpec, Scenario
+from loadtest.scenarios import AUTO, BARE, BARE_WAIT, BASELINES, INPUT_PARTITIONS, RunSpec, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +213,9 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         raise HarnessError(f"no steady state measured for {spec}; see {pod_log}")
     buckets = histogram_buckets(last_metrics, DURATION)
     tps = window.tps
-    # The bare loop serves no window gauge: its window is the N it was given.
-    mean_window = float(spec.concurrency) if spec.mode == BARE else window.mean_window(samples)
+    # The baseline loops serve no window gauge: their window is the N they were given.
+    mean_window = (float(spec.concurrency) if spec.mode in BASELINES
+                   else window.mean_window(samples))
     n = mean_window if spec.concurrency == AUTO else float(spec.concurrency)
     bound = model.bound_tps(n, spec.deadline_s)
     requests = int(str(stats.get("requests", 0)))
@@ -238,11 +239,12 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
 
 def _pod_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str,
               metrics_port: int) -> list[str]:
-    """`waitline …` arguments of the run's pod, or of the bare baseline loop."""
-    if spec.mode == BARE:
+    """`waitline …` arguments of the run's pod, or of a baseline loop."""
+    if spec.mode in BASELINES:
+        wait = ["--wait-topic", f"{group}.wait"] if spec.mode == BARE_WAIT else []
         return ["loadtest", "bare", "--topic", topic, "--group", group, "--url", url,
                 "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
-                "--metrics-port", str(metrics_port)]
+                "--metrics-port", str(metrics_port), *wait]
     return ["dispatch", "--input-topic", topic, "--group", group, "--counterparty-url", url,
             *spec.pod_flags(), "--deadline", f"{spec.deadline_s:g}s",
             "--bootstrap-servers", bootstrap, "--create-topics", "--metrics-port",
@@ -310,13 +312,23 @@ OVERHEAD_GOAL = 2.0  # the pod's CPU per record at most twice the bare loop's (i
 
 def overhead_lines(rows: Sequence[RunResult]) -> list[str]:
     """For each window run both bare and by the pod: pod CPU per record / bare CPU per record,
-    next to its goal. Nothing when the rows hold no such pair."""
-    bare = {r.concurrency: r for r in rows if r.mode == BARE}
-    lines = [f"- N = {r.concurrency}: pod / bare loop CPU per record = "
-             f"{r.cpu_s_per_1000 / bare[r.concurrency].cpu_s_per_1000:.2f} "
-             f"(goal ≤ {OVERHEAD_GOAL:g}); TPS {r.tps:.0f} vs {bare[r.concurrency].tps:.0f}"
-             for r in rows if r.mode != BARE and r.concurrency in bare
-             and bare[r.concurrency].cpu_s_per_1000 > 0]
+    next to its goal; where the protocol floor (bare-wait) ran too, what it costs over the bare
+    loop and the pod over it (the engine's own share). Nothing when the rows hold no pair."""
+    bare = {r.concurrency: r for r in rows if r.mode == BARE and r.cpu_s_per_1000 > 0}
+    floor = {r.concurrency: r for r in rows if r.mode == BARE_WAIT and r.cpu_s_per_1000 > 0}
+    lines = []
+    for r in rows:
+        if r.mode in BASELINES or r.concurrency not in bare:
+            continue
+        base = bare[r.concurrency]
+        line = (f"- N = {r.concurrency}: pod / bare loop CPU per record = "
+                f"{r.cpu_s_per_1000 / base.cpu_s_per_1000:.2f} (goal ≤ {OVERHEAD_GOAL:g}); "
+                f"TPS {r.tps:.0f} vs {base.tps:.0f}")
+        if (wait := floor.get(r.concurrency)) is not None:
+            line += (f"; protocol floor (bare-wait) / bare = "
+                     f"{wait.cpu_s_per_1000 / base.cpu_s_per_1000:.2f}, pod / protocol floor = "
+                     f"{r.cpu_s_per_1000 / wait.cpu_s_per_1000:.2f}")
+        lines.append(line)
     return [*lines, ""] if lines else []
 
 

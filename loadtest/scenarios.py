@@ -15,6 +15,8 @@ from dispatcher.errors import ConfigError
 INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 AUTO = "auto"
 BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
+BARE_WAIT = "bare-wait"  # the protocol floor: `waitline loadtest bare --wait-topic …`
+BASELINES = (BARE, BARE_WAIT)
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
 # about this many a second: more would only lengthen the topic's production.
 MACHINE_TPS = 2_500.0
@@ -22,7 +24,7 @@ MACHINE_TPS = 2_500.0
 
 @dataclass(frozen=True)
 class RunSpec:
-    mode: str  # "batch" | "at-least-once" | "bare" (the baseline loop)
+    mode: str  # "batch" | "at-least-once" | "bare" | "bare-wait" (the baseline loops)
     concurrency: int | str  # a window N, or "auto"
     model: str
     records: int
@@ -129,12 +131,16 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "overhead",
             "CPU per record of the pod against the least a consume -> POST loop costs "
-            "(`waitline loadtest bare`: no wait topic, no retries, offsets auto-committed), on "
-            "the same mock (fixed:100) at N = 100 and 1000, one after the other.",
+            "(`waitline loadtest bare`: no wait topic, no retries, offsets auto-committed), and "
+            "against the protocol floor (bare-wait: the same loop writing each record's "
+            "acknowledged wait record and tombstone around its POST, no engine), on the same "
+            "mock (fixed:100) at N = 100 and 1000, one after the other.",
             (
                 RunSpec(BARE, 100, "fixed:100", 30_000, max_duration_s=60.0),
+                RunSpec(BARE_WAIT, 100, "fixed:100", 30_000, max_duration_s=60.0),
                 RunSpec("at-least-once", 100, "fixed:100", 30_000, max_duration_s=60.0),
                 RunSpec(BARE, 1000, "fixed:100", 60_000, max_duration_s=60.0),
+                RunSpec(BARE_WAIT, 1000, "fixed:100", 60_000, max_duration_s=60.0),
                 RunSpec("at-least-once", 1000, "fixed:100", 60_000, max_duration_s=60.0),
             ),
         ),
@@ -176,10 +182,10 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
     from dispatcher.flow.ordering import OrderingMode  # noqa: PLC0415
     from dispatcher.pod.settings import Mode  # noqa: PLC0415
 
-    modes, orderings = [*Mode, BARE], list(OrderingMode)
+    modes, orderings = [*Mode, *BASELINES], list(OrderingMode)
     if mode not in modes or ordering not in orderings:
         raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose {_either(modes)} "
-                          f"(the baseline loop), and {_either(orderings)}")
+                          f"(the baseline loops), and {_either(orderings)}")
     if AUTO in windows and mode != "at-least-once":
         raise ConfigError(f"--concurrency auto adapts the at-least-once window, not {mode} mode")
     runs = []

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from dispatch_helpers import WaitTopic, input_wait_ids, read_wait_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -72,3 +76,33 @@ def test_free_parameters_run_the_bare_baseline_and_the_adaptive_window(
     assert auto["concurrency"] == "auto"
     assert 10 <= float(str(auto["mean_window"])) <= 40
     assert float(str(auto["bound_tps"])) <= 200.0 + 1e-6  # never above capacity 20 / 0.1 s
+
+
+@pytest.mark.timeout(300)
+def test_the_protocol_floor_prepares_and_tombstones_every_record_as_the_pod_would(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`--mode bare-wait` (the overhead scenario's protocol floor) writes, for every input
+    record, the wait record the pod would write and, after its call, the tombstone closing it
+    in the same partition: the floor pays the lifecycle's two acknowledged writes in full."""
+    (floor,) = _compare(tmp_path, kafka_bootstrap, "floor", "--mode", "bare-wait",
+                        "--concurrency", "10", "--model", "fixed:50", "--duration", "2s",
+                        "--partitions", "2")
+    assert (floor["mode"], floor["finished"]) == ("bare-wait", floor["records"])
+
+    async def written() -> tuple[set[uuid.UUID], WaitTopic]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            (wait_topic,) = [t for t in await admin.list_topics()
+                             if t.startswith("lt-custom-bare-wait-10-") and t.endswith(".wait")]
+        finally:
+            await admin.close()
+        group = wait_topic.removesuffix(".wait")  # the run's group names its input topic too
+        return await input_wait_ids(kafka_bootstrap, group, group), await read_wait_topic(
+            kafka_bootstrap, wait_topic)
+
+    expected, wait = asyncio.run(written())
+    assert len(expected) == floor["records"]
+    assert set(wait.prepares) == expected and set(wait.prepares.values()) == {1}
+    assert set(wait.tombstones) == expected and wait.open_ids == set()

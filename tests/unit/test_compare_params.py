@@ -41,7 +41,7 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "10,fast"}, "'fast' is neither a window"),
     ({"concurrency": "0"}, "'0' is neither a window"),
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
-    ({"concurrency": "10", "mode": "turbo"}, "at-least-once, batch or bare"),
+    ({"concurrency": "10", "mode": "turbo"}, "at-least-once, batch, bare or bare-wait"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
     ({"concurrency": "10", "keys": 0}, "--keys and --workers at least 1"),
@@ -66,10 +66,11 @@ def test_the_adaptive_scenario_sweeps_fixed_windows_beside_auto() -> None:
     assert {run.model for run in runs} == {"seed+capacity:50"}
 
 
-def test_the_overhead_scenario_pairs_the_bare_loop_with_the_pod_at_each_window() -> None:
+def test_the_overhead_scenario_pairs_the_baselines_with_the_pod_at_each_window() -> None:
     runs = SCENARIOS["overhead"].runs
     assert [(run.mode, run.concurrency) for run in runs] == [
-        ("bare", 100), ("at-least-once", 100), ("bare", 1000), ("at-least-once", 1000)]
+        ("bare", 100), ("bare-wait", 100), ("at-least-once", 100),
+        ("bare", 1000), ("bare-wait", 1000), ("at-least-once", 1000)]
     assert len({run.model for run in runs}) == 1
 
 
@@ -87,6 +88,14 @@ def test_overhead_lines_give_the_pod_over_bare_cpu_ratio_per_window() -> None:
     assert overhead_lines(rows) == [
         "- N = 100: pod / bare loop CPU per record = 2.50 (goal ≤ 2); TPS 960 vs 990", ""]
     assert overhead_lines(rows[1:]) == []
+
+
+def test_overhead_lines_split_the_ratio_at_the_protocol_floor_when_it_ran() -> None:
+    rows = [_row("bare", 100, 0.20, 990), _row("bare-wait", 100, 0.50, 950),
+            _row("at-least-once", 100, 0.70, 960)]
+    assert overhead_lines(rows) == [
+        "- N = 100: pod / bare loop CPU per record = 3.50 (goal ≤ 2); TPS 960 vs 990; protocol "
+        "floor (bare-wait) / bare = 2.50, pod / protocol floor = 1.40", ""]
 
 
 def test_the_loop_lag_target_is_passed_to_the_pod_only_when_given() -> None:

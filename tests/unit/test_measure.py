@@ -95,7 +95,7 @@ def test_every_scenario_run_has_a_known_mode_and_a_parsable_model() -> None:
 
     for scenario in SCENARIOS.values():
         for run in scenario.runs:
-            assert run.mode in ("batch", "at-least-once", "bare")
+            assert run.mode in ("batch", "at-least-once", "bare", "bare-wait")
             assert parse_model(run.model).mean_latency_s(run.deadline_s) > 0
 
 
