@@ -27,6 +27,7 @@ from loadtest.cli_mirror import (
     MIRROR_RATE,
     MIRROR_TRIGGER,
     mirror,
+    mirror_floor,
     run_mirror,
 )
 from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
@@ -292,6 +293,8 @@ app.command(epilog="Example: waitline loadtest chaos --scale short --scenario ki
 
 
 app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")(mirror)
+app.command("mirror-floor", epilog="Example: waitline loadtest mirror-floor --events 50000")(
+    mirror_floor)
 
 
 @app.command("handler-cpu", epilog="Example: waitline loadtest handler-cpu --rounds 3")

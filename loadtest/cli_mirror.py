@@ -80,3 +80,36 @@ def mirror(
     if json_path:
         write_json(rows, json_path)
         typer.echo(f"JSON: {json_path}")
+
+
+def mirror_floor(
+    *,
+    events: Annotated[int, typer.Option(
+        help="Wait events pre-filled for each query.", min=1)] = MIRROR_EVENTS,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
+             "stack.")] = None,
+    dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL DSN of the registry (only to clean up); default: WAITLINE_PG_DSN or "
+             "the local stack.")] = None,
+) -> None:
+    """Spark's own floor for a --once cycle: the job's kind of query that only counts.
+
+    A cold and a warm availableNow query over the mirror benchmark's wait topic, each only
+    counting its records (no PostgreSQL, no Python worker): the least a first cycle of the job
+    can take on this machine."""
+    from loadtest.spark_floor import floor_table, run_spark_floor  # noqa: PLC0415
+
+    try:
+        servers, pg_dsn = resolve_bootstrap_servers(bootstrap_servers), resolve_pg_dsn(dsn)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    try:
+        with console.status(f"Spark's floor: two count-only queries over {events:,} events"):
+            jvm_start_s, rows = run_spark_floor(events, servers, pg_dsn)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(floor_table(jvm_start_s, rows))

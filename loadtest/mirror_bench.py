@@ -37,7 +37,6 @@ from aiokafka.errors import KafkaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from loadtest.generator import LINGER_MS
 from loadtest.mirror_bench_core import (
     MirrorBenchError,
     MirrorBenchRow,
@@ -45,7 +44,6 @@ from loadtest.mirror_bench_core import (
     applied_per_s,
     convergence_error,
     markdown_table,
-    prefill_plan,
     quantile,
     staleness_s,
 )
@@ -125,12 +123,8 @@ class MirrorBench:
 
     async def throughput(self, topic: BenchTopic, kind: str) -> MirrorBenchRow:
         """Pre-fill `topic`, mirror it with one `--once` cycle, check the table, time the cycle."""
-        plan = prefill_plan(self.spec.events)
-        self.say(f"{kind}: pre-filling {topic.wait_topic} with {plan.events:,} wait events")
-        async with Sender(topic.bootstrap, topic.wait_topic, linger_ms=LINGER_MS) as sender:
-            for ordinal, closes in plan.order():
-                await sender.send(topic.tombstone(ordinal) if closes else topic.prepare(ordinal))
-            await sender.flush()
+        self.say(f"{kind}: pre-filling {topic.wait_topic} with {self.spec.events:,} wait events")
+        plan = await topic.prefill(self.spec.events)
 
         self.say(f"{kind}: one --once cycle over {plan.events:,} wait events")
         config = topic.config(self.work / topic.group, once=True)

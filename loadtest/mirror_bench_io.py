@@ -27,8 +27,14 @@ from dispatcher.wire import (
     wait_record,
     wait_tombstone,
 )
-from loadtest.generator import MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
-from loadtest.mirror_bench_core import MirrorBenchError, MirrorBenchSpec, VisibleSample
+from loadtest.generator import LINGER_MS, MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
+from loadtest.mirror_bench_core import (
+    MirrorBenchError,
+    MirrorBenchSpec,
+    PrefillPlan,
+    VisibleSample,
+    prefill_plan,
+)
 from loadtest.scenarios import INPUT_PARTITIONS
 from spark_jobs.config import ReconcileConfig
 
@@ -75,6 +81,16 @@ class BenchTopic:
 
     def wait_id(self, ordinal: int) -> str:
         return str(wait_id_for(self.group, SOURCE_TOPIC, 0, ordinal))
+
+    async def prefill(self, events: int) -> PrefillPlan:
+        """Write `events` wait events shaped like the dispatcher's (`prefill_plan`), all
+        acknowledged; the plan says which ids stay open."""
+        plan = prefill_plan(events)
+        async with Sender(self.bootstrap, self.wait_topic, linger_ms=LINGER_MS) as sender:
+            for ordinal, closes in plan.order():
+                await sender.send(self.tombstone(ordinal) if closes else self.prepare(ordinal))
+            await sender.flush()
+        return plan
 
     async def __aenter__(self) -> BenchTopic:
         """Create the wait topic as the dispatcher does: compacted, one partition per input's."""

@@ -17,6 +17,24 @@ from dispatcher.devstack.stack import free_port
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 
+@pytest.mark.timeout(300)
+def test_the_spark_floor_counts_every_wait_event_cold_then_warm(
+    kafka_bootstrap: str, pg_dsn: str
+) -> None:
+    """`waitline loadtest mirror-floor`: two count-only queries of the job's kind, each over a
+    fresh wait topic, in a JVM of their own; a query that read fewer records fails it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "loadtest", "mirror-floor", "--events", "1500",
+         "--bootstrap-servers", kafka_bootstrap, "--dsn", pg_dsn],
+        capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| first query")
+            or line.startswith("| warm")]
+    assert [row.split(" | ")[1] for row in rows] == ["1,500", "1,500"]
+    assert all(float(row.split(" | ")[2]) > 0 for row in rows)
+
+
 @pytest.mark.timeout(600)
 def test_mirror_bench_measures_a_converged_mirror_and_cleans_up(
     kafka_bootstrap: str, pg_dsn: str, tmp_path: Path
