@@ -23,6 +23,11 @@ MIRROR_RATE = 1000.0
 MIRROR_DURATION = "60s"
 MIRROR_TRIGGER = "1s"
 
+BootstrapServers = Annotated[str | None, typer.Option(
+    help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local stack.")]
+RegistryDsn = Annotated[str | None, typer.Option(
+    help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local stack.")]
+
 
 def run_mirror(*, events: int, rate: float, duration: str, trigger: str,
                 bootstrap_servers: str | None, dsn: str | None) -> list[MirrorBenchRow]:
@@ -60,12 +65,8 @@ def mirror(
     trigger: Annotated[str, typer.Option(
         help="The job's interval between cycles during the flow.")] = MIRROR_TRIGGER,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
-    dsn: Annotated[str | None, typer.Option(
-        help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local "
-             "stack.")] = None,
+    bootstrap_servers: BootstrapServers = None,
+    dsn: RegistryDsn = None,
 ) -> None:
     """Benchmark the reconciliation job: mirror throughput and lag.
 
@@ -86,12 +87,8 @@ def mirror_floor(
     *,
     events: Annotated[int, typer.Option(
         help="Wait events pre-filled for each query.", min=1)] = MIRROR_EVENTS,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
-    dsn: Annotated[str | None, typer.Option(
-        help="PostgreSQL DSN of the registry (only to clean up); default: WAITLINE_PG_DSN or "
-             "the local stack.")] = None,
+    bootstrap_servers: BootstrapServers = None,
+    dsn: RegistryDsn = None,
 ) -> None:
     """Spark's own floor for a --once cycle: the job's kind of query that only counts.
 
