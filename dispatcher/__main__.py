@@ -2,4 +2,5 @@
 
 from dispatcher.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned child process imports it (multiprocessing)
+    main()

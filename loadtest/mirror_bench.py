@@ -1,16 +1,18 @@
 """`waitline loadtest mirror`: how fast the reconciliation job mirrors a wait topic into
 PostgreSQL, and how far behind the `wait` table stays under a steady flow.
 
-Two measurements on the real stack, one SparkSession for both; its start (the JVM's) is timed
-apart and reported as `jvm_start_s`, never inside a figure:
+Two measurements on the real stack; each JVM's start is timed apart and reported as
+`jvm_start_s`, never inside a figure:
 
 - **throughput**: a fresh wait topic pre-filled with N wait events shaped like the dispatcher's
   (prepares, most of them tombstoned a window later, so a known set of ids stays open), mirrored
   by one `--once` cycle (`ReconcileJob.run_cycle`): events/s = N / the cycle's time. The table
   must then hold exactly the ids left open, else MirrorBenchError: the speed of a broken mirror
-  means nothing. Measured twice, on two topics: the first cycle in the JVM (what `waitline
-  reconcile --once` pays after the JVM start: class loading, code not yet compiled), and a
-  second one, warm (what each cycle of a long-running job pays).
+  means nothing. Measured twice, on two topics: the first cycle in a JVM of its own, started in
+  a child process as `waitline reconcile --once` starts it (`SparkSettings.for_job`; what a
+  `--once` run pays after the JVM start: class loading, code not yet compiled), and a warm one
+  in a JVM started as the long-running job starts it, after one unmeasured cycle (what each
+  cycle of a long-running job pays). The lag measurement runs on that second JVM too.
 - **lag**: the job runs continuously (`ReconcileJob.run` with the trigger interval) while a
   producer writes prepares at rate/2 per second, each tombstoned TOMBSTONE_AFTER_S later. Every
   SAMPLE_EVERY_S the harness reads the newest prepare visible in PostgreSQL (its source offset is
@@ -27,10 +29,13 @@ Topics and rows the bench creates are removed at the end; nothing is left in the
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from aiokafka.errors import KafkaError
@@ -65,12 +70,37 @@ DRAIN_TIMEOUT_S = 120.0
 
 
 def run_mirror_bench(spec: MirrorBenchSpec, bootstrap: str, dsn: str, *,
-                     settings: SparkSettings | None = None,
                      on_progress: Callable[[str], None] = lambda _: None,
                      ) -> list[MirrorBenchRow]:
-    """Start Spark, then measure throughput and lag on it; rows in that order. Kafka,
-    PostgreSQL and Spark failures are raised as MirrorBenchError."""
+    """The first cycle in a `--once` JVM of its own (a child process), then warm throughput and
+    lag on a JVM started as the long-running job's; rows in that order. Kafka, PostgreSQL and
+    Spark failures are raised as MirrorBenchError."""
     check_registry(dsn)  # before the JVM: the job would retry an unreachable registry forever
+    on_progress("first cycle: in a JVM of its own, started as `waitline reconcile --once` "
+                "starts it")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        first = child.submit(first_cycle_row, spec, bootstrap, dsn).result()
+    rows = _on_a_session(spec, SparkSettings.for_job(once=False),
+                         on_progress, lambda bench: bench.run_warm(bootstrap, dsn))
+    return [first, *rows]
+
+
+def first_cycle_row(spec: MirrorBenchSpec, bootstrap: str, dsn: str) -> MirrorBenchRow:
+    """The throughput row of a `--once` run's first cycle; run it where no JVM has started."""
+    async def measure(bench: MirrorBench) -> list[MirrorBenchRow]:
+        async with BenchTopic("throughput", bootstrap, dsn) as topic:
+            return [await bench.throughput(topic, "throughput")]
+
+    (row,) = _on_a_session(spec, SparkSettings.for_job(once=True),
+                           lambda _: None, measure)
+    return row
+
+
+def _on_a_session(spec: MirrorBenchSpec, settings: SparkSettings,
+                  on_progress: Callable[[str], None],
+                  measure: Callable[[MirrorBench], Coroutine[Any, Any, list[MirrorBenchRow]]],
+                  ) -> list[MirrorBenchRow]:
+    """Start a JVM with `settings` (timed), run `measure` on it, stop it."""
     on_progress("starting Spark (the JVM)")
     started = time.monotonic()
     spark = build_session(settings)
@@ -79,7 +109,7 @@ def run_mirror_bench(spec: MirrorBenchSpec, bootstrap: str, dsn: str, *,
         with tempfile.TemporaryDirectory(prefix="waitline-mirror-bench-") as work:
             bench = MirrorBench(spark, spec, work=Path(work), jvm_start_s=jvm_start_s,
                                 on_progress=on_progress)
-            return asyncio.run(bench.run(bootstrap, dsn))
+            return asyncio.run(measure(bench))
     except (KafkaError, psycopg.Error) as exc:
         raise MirrorBenchError(f"mirror benchmark failed: {exc!r}") from exc
     except PySparkException as exc:  # the job's query failed; the first line names why
@@ -102,7 +132,7 @@ def check_registry(dsn: str) -> None:
 
 
 class MirrorBench:
-    """Both measurements on one running SparkSession, each on a wait topic of its own."""
+    """The measurements made on one running SparkSession, each on a wait topic of its own."""
 
     def __init__(self, spark: SparkSession, spec: MirrorBenchSpec, *, work: Path,
                  jvm_start_s: float, on_progress: Callable[[str], None]) -> None:
@@ -112,11 +142,13 @@ class MirrorBench:
         self.jvm_start_s = jvm_start_s
         self.say = on_progress
 
-    async def run(self, bootstrap: str, dsn: str) -> list[MirrorBenchRow]:
+    async def run_warm(self, bootstrap: str, dsn: str) -> list[MirrorBenchRow]:
+        """One unmeasured cycle to warm the JVM, then the warm throughput and lag rows."""
+        async with BenchTopic("warm-up", bootstrap, dsn) as topic:
+            await self.throughput(topic, "warm-up (not measured)")
         rows = []
-        for kind in ("throughput", "throughput-warm"):
-            async with BenchTopic(kind, bootstrap, dsn) as topic:
-                rows.append(await self.throughput(topic, kind))
+        async with BenchTopic("throughput-warm", bootstrap, dsn) as topic:
+            rows.append(await self.throughput(topic, "throughput-warm"))
         async with BenchTopic("lag", bootstrap, dsn) as topic:
             rows.append(await self.lag(topic))
         return rows

@@ -39,15 +39,17 @@ def reconciliation_section(rows: Sequence[MirrorBenchRow], json_name: str) -> li
     return [
         "## reconciliation",
         "",
-        "The Spark reconciliation job (`waitline loadtest mirror`, defaults), on one SparkSession "
-        "in the harness's process (`local[*]`); the JVM's start is timed apart. **Throughput**: a "
+        "The Spark reconciliation job (`waitline loadtest mirror`, defaults), in `local[*]`; each "
+        "JVM's start is timed apart. **Throughput**: a "
         f"fresh {INPUT_PARTITIONS}-partition wait topic pre-filled with wait events shaped like "
         "the dispatcher's (prepares, each tombstoned "
         f"{CLOSE_AFTER_PREPARES} prepares later, {OPEN_FRACTION:.0%} of the events left "
         "open), mirrored by one `--once` cycle; applied/s = events / the cycle's time (query "
         "start, Kafka read, PostgreSQL COPY + merge, expiry sweep). Twice, on two topics: the "
-        "first cycle in the JVM (what `waitline reconcile --once` pays after the JVM start), "
-        "then a warm one (what each cycle of a long-running job pays). The table is then "
+        "first cycle in a JVM of its own started as `waitline reconcile --once` starts it (C1 "
+        "only; what a `--once` run pays after the JVM start), then a warm one in a JVM started "
+        "as the long-running job's, after one unmeasured cycle (what each cycle of a "
+        "long-running job pays); the lag runs on that JVM too. The table is then "
         "checked to hold exactly the ids left open. **Lag**: the job runs continuously with "
         "`--trigger` while a producer writes prepares at half the offered rate, each tombstoned "
         f"{TOMBSTONE_AFTER_S:g} s later. Every {SAMPLE_EVERY_S:g} s the harness reads the "

@@ -123,7 +123,7 @@ def reconcile(
             expiry_batch_size=expiry_batch_size, kafka_options=kafka_option or (),
         )  # fmt: skip
         spark = (attach_session() if launched_by_spark_submit()
-                 else build_session(SparkSettings(master=master)))  # fmt: skip
+                 else build_session(SparkSettings.for_job(master=master, once=once)))  # fmt: skip
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
 

@@ -38,6 +38,13 @@ PYSPARK_SHIPPED = (
     "at.yawk.lz4:lz4-java", "org.lz4:lz4-java", "com.github.luben:zstd-jni",
 )  # fmt: skip
 APP_NAME = "waitline-reconcile"
+DEFAULT_MASTER = "local[*]"
+# A `--once` run is one cycle in a JVM that then exits: C1 alone compiles sooner, and the JVM
+# never lives long enough for C2's code to pay for its compile time on a small box. Measured on
+# 2 cores (docs/BENCHMARKS.md, "Spark's own floor for a first cycle"): a first cycle of 50,000
+# events 22% faster; after ten cycles in one JVM, 15% slower than tiered compilation, so the
+# long-running job keeps the JVM's default.
+ONCE_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
 
 
@@ -57,7 +64,7 @@ class SparkSettings:
     a micro-batch is small and each partition is a task; no UI; WARN logs.
     """
 
-    master: str = "local[*]"
+    master: str = DEFAULT_MASTER
     jars_dir: Path = field(default_factory=default_jars_dir)
     spark_version: str = pyspark.__version__  # the connector's version must match Spark's
     shuffle_partitions: int = 4
@@ -67,7 +74,14 @@ class SparkSettings:
     # The Python the executors run the mirror's writes in: this one, with the project and
     # psycopg installed (PYSPARK_PYTHON, when set, is Spark's own choice and wins).
     python: str = field(default_factory=lambda: os.environ.get("PYSPARK_PYTHON", sys.executable))
+    # JVM options of the driver (in local mode, the executors' too); None: the JVM's defaults.
+    driver_java_options: str | None = None
     extra_conf: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_job(cls, *, once: bool, master: str = DEFAULT_MASTER) -> SparkSettings:
+        """The job's settings: a `--once` run's JVM compiles with C1 only."""
+        return cls(master=master, driver_java_options=ONCE_DRIVER_JAVA_OPTIONS if once else None)
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,8 @@ def session_conf(settings: SparkSettings, connector: Connector) -> dict[str, str
         # The job's own checkpoint is its state; Spark's temp checkpoints are never needed.
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
+    if settings.driver_java_options is not None:
+        conf["spark.driver.extraJavaOptions"] = settings.driver_java_options
     conf.update(connector.conf)
     conf.update(settings.extra_conf)
     return conf
@@ -126,8 +142,9 @@ def session_conf(settings: SparkSettings, connector: Connector) -> dict[str, str
 def build_session(settings: SparkSettings | None = None) -> SparkSession:
     """Start (or reuse) the process's SparkSession with the Kafka connector on its classpath.
 
-    Driver memory and jars only take effect when this call starts the JVM; a session that
-    already runs in the process is reused as it is, with the runtime settings re-applied.
+    Driver memory, JVM options and jars only take effect when this call starts the JVM; a
+    session that already runs in the process is reused as it is, with the runtime settings
+    re-applied.
     """
     settings = settings or SparkSettings()
     connector = choose_connector(settings.jars_dir, settings.spark_version)

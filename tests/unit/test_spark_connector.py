@@ -71,6 +71,19 @@ def test_the_session_conf_carries_the_connector_and_extra_conf_wins(tmp_path: Pa
     assert (conf["spark.master"], conf["spark.ui.enabled"]) == ("local[2]", "true")
 
 
+
+def test_only_a_once_run_starts_its_jvm_with_c1_alone(tmp_path: Path) -> None:
+    connector = session.choose_connector(tmp_path, "4.2.0")
+    once = session.session_conf(session.SparkSettings.for_job(master="local[*]", once=True),
+                                connector)
+    assert once["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    running = session.session_conf(session.SparkSettings.for_job(master="local[*]", once=False),
+                                   connector)
+    assert "spark.driver.extraJavaOptions" not in running
+    mine = session.SparkSettings(driver_java_options="-Xss4m",
+                                 extra_conf={"spark.driver.extraJavaOptions": "-Xss8m"})
+    assert session.session_conf(mine, connector)["spark.driver.extraJavaOptions"] == "-Xss8m"
+
 def test_the_executors_run_the_drivers_python_unless_pyspark_python_says_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
