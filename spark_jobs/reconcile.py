@@ -67,6 +67,13 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
+STOP_GRACE_S = 60.0  # how long a stop waits for the micro-batch in progress
+STOP_POLL_S = 0.05
+
+
+class StopRequestedError(RuntimeError):
+    """A micro-batch refused because the job is stopping (its records are mirrored next run)."""
+
 
 class ReconcileJob:
     """The mirror and the expiry sweep for one wait topic, on a given SparkSession."""
@@ -96,7 +103,8 @@ class ReconcileJob:
         self._registry.close()
 
     def stop(self) -> None:
-        """Ask `run` to return: the current micro-batch is interrupted, its work replayed later."""
+        """Ask `run` to return: the micro-batch in progress finishes and commits (within
+        STOP_GRACE_S), one that would start later is refused and replayed by the next run."""
         self._stop.set()
 
     def run(self) -> None:
@@ -144,7 +152,7 @@ class ReconcileJob:
                 swept_until = caught_up
                 self._end_cycle()
         finally:
-            query.stop()
+            self._stop_between_batches(query)
 
     def _end_cycle(self) -> CycleReport:
         with self._report_lock:
@@ -173,7 +181,7 @@ class ReconcileJob:
             while not self._await_query(query):
                 pass
         finally:
-            query.stop()  # a no-op once it ended; stops it when the job was asked to stop
+            self._stop_between_batches(query)  # a no-op once it ended
 
     def _start_mirror(self, **trigger: Any) -> StreamingQuery:
         return (
@@ -195,6 +203,18 @@ class ReconcileJob:
             .start()
         )
 
+    @staticmethod
+    def _stop_between_batches(query: StreamingQuery) -> None:
+        """Stop `query` once no micro-batch is running (at most STOP_GRACE_S from now). Spark's
+        stop interrupts a running foreachBatch, which then fails inside Spark's own handling of
+        the interruption (a StackOverflowError matching the Python traceback, SPARK-39218's
+        pattern) and leaves the batch to be applied again by the next run."""
+        give_up_at = time.monotonic() + STOP_GRACE_S
+        while (query.isActive and query.status["isTriggerActive"]
+               and time.monotonic() < give_up_at):
+            time.sleep(STOP_POLL_S)
+        query.stop()
+
     def _await_query(self, query: StreamingQuery) -> bool:
         """Wait up to a second: True once the query ended or the job was stopped; the error of a
         failed batch raised."""
@@ -208,6 +228,8 @@ class ReconcileJob:
             raise
 
     def _mirror_batch(self, batch: DataFrame, batch_id: int) -> None:
+        if self._stop.is_set():  # the query ends with this error; the batch is replayed later
+            raise StopRequestedError(f"mirror batch {batch_id} not started: the job is stopping")
         started = time.monotonic()
         changes = pending_changes(batch)
         target = SinkTarget(self.config.pg_dsn, self.config.dlq_topic, self.config.group)

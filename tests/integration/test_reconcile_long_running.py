@@ -3,10 +3,11 @@ its own schedule beside it, and never ahead of what the query has mirrored."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from reconcile_helpers import WaitTopic, run_in_thread, wait_until
 
 from dispatcher.wire import parse_dlq_record
@@ -71,3 +72,34 @@ def test_a_once_cycle_asked_to_stop_leaves_no_query_running(
     assert report.expired_sent == 0  # a stopped cycle does not sweep
     name = f"waitline-mirror-{waits.wait_topic}"
     assert not [q for q in spark.streams.active if q.name == name], "the query kept running"
+
+
+def test_a_stop_asked_during_a_batch_lets_that_batch_finish_and_commit(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    """SIGTERM (`stop`) while a micro-batch is being applied: the job lets that batch finish and
+    commit rather than interrupting it (an interrupted foreachBatch fails inside Spark's own
+    stop handling, and its batch is applied again by the next run), then stops its query."""
+    count = 20_000
+    waits.produce([waits.prepare(waits.source(offset)) for offset in range(count)])
+    job = ReconcileJob(spark, waits.config(once=False, trigger="1s"))
+    batch_started = threading.Event()
+    apply_batch = job._mirror_batch
+
+    def noting_the_start(batch: DataFrame, batch_id: int) -> None:
+        batch_started.set()
+        apply_batch(batch, batch_id)
+
+    job._mirror_batch = noting_the_start  # type: ignore[method-assign]
+    runner, errors = run_in_thread(job)
+    try:
+        assert batch_started.wait(120), "no micro-batch started"
+    finally:
+        job.stop()  # mid-batch: the batch of 20,000 takes seconds to apply
+        runner.join(120)
+    assert not runner.is_alive() and not errors
+    assert len(waits.open_wait_ids()) == count, "the batch in progress was not finished"
+    name = f"waitline-mirror-{waits.wait_topic}"
+    assert not [q for q in spark.streams.active if q.name == name], "the query kept running"
+    with ReconcileJob(spark, waits.config()) as job_again:
+        assert job_again.run_cycle().events_in == 0, "the finished batch was not committed"
