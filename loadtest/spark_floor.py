@@ -6,9 +6,10 @@ dispatcher's), read by the same kind of query the job starts for `--once` (Struc
 Streaming, Spark's Kafka source with the job's source options, headers included, an
 `availableNow` trigger, a checkpoint) whose `foreachBatch` only counts the records: no
 `pending_changes`, no Python worker, no PostgreSQL. Run in a process of its own so that its first
-query is the JVM's first, as `waitline reconcile --once`'s is; then once more on a second topic,
-warm. The job's first cycle cannot be faster than the first figure, so it bounds what a
-first-cycle goal can ask of the job on a given machine.
+query is the JVM's first, in a JVM started as `waitline reconcile --once` starts it
+(`SparkSettings.for_job`: C1 only); then once more on a second topic, warm. The job's first
+cycle cannot be faster than the first figure, so it bounds what a first-cycle goal can ask of
+the job on a given machine.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loadtest.mirror_bench_core import MirrorBenchError
 from loadtest.mirror_bench_io import BenchTopic
-from spark_jobs.session import build_session
+from spark_jobs.session import SparkSettings, build_session
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def run_spark_floor(events: int, bootstrap: str, dsn: str) -> tuple[float, list[
     """Start the JVM (timed apart), then a cold and a warm count-only query; the JVM's start
     in seconds and the two rows. Call it in a process whose JVM has not started yet."""
     started = time.monotonic()
-    spark = build_session()
+    spark = build_session(SparkSettings.for_job(once=True))
     jvm_start_s = time.monotonic() - started
     try:
         with tempfile.TemporaryDirectory(prefix="waitline-spark-floor-") as work:
