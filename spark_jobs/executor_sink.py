@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from connectors.sink import MirrorResult, apply_batch
 from spark_jobs.mirror import BatchTally
@@ -87,6 +87,24 @@ def apply_partition(rows: Iterable[Row], target: SinkTarget) -> PartitionOutcome
         events_in=tally.events_in, newest_ms=tally.newest_ms, upserted=result.upserted,
         deleted=result.deleted, rejected=result.rejected, non_derived=result.non_derived,
     )  # fmt: skip
+
+
+def warm_workers(spark: SparkSession, pg_dsn: str) -> None:
+    """Start the Python workers a batch will use, with the sink's modules imported and a
+    registry connection open, so that a first batch does not wait for them; errors are left
+    for the batch itself to meet and report."""
+    tasks = spark.sparkContext.defaultParallelism
+    spark.sparkContext.parallelize(range(tasks), tasks).foreachPartition(
+        lambda _: open_registry(pg_dsn))
+
+
+def open_registry(pg_dsn: str) -> None:
+    """This Python worker's registry connection, opened now if it can be."""
+    registry = _registries.setdefault(pg_dsn, RegistryConnection(pg_dsn, _APPLICATION_NAME))
+    try:
+        registry.get()
+    except psycopg.Error:
+        registry.close()  # the batch reopens it and reports what fails
 
 
 def raise_failure(outcomes: Iterable[PartitionOutcome]) -> None:
