@@ -132,4 +132,3 @@ async def _wait_topic_writes(bootstrap: str, topic: str, wait_topic: str | None,
         yield prepared
     finally:
         await producer.stop()
-

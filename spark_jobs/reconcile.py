@@ -189,7 +189,7 @@ class ReconcileJob:
 
     def _start_mirror(self, **trigger: Any) -> StreamingQuery:
         # The Python workers start while the driver starts the query: measured on 2 cores, a
-        # first --once cycle of 50,000 events ~10% sooner (docs/BENCHMARKS.md).
+        # first --once cycle of 50,000 events 10-17% sooner (docs/BENCHMARKS.md).
         if self._warm_up is None:
             self._warm_up = threading.Thread(target=self._warm_workers, daemon=True,
                                              name="waitline-warm-python-workers")
