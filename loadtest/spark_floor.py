@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from loadtest.mirror_bench_core import MirrorBenchError
 from loadtest.mirror_bench_io import BenchTopic
+from spark_jobs.reconcile import wait_topic_stream
 from spark_jobs.session import SparkSettings, build_session
 
 
@@ -68,13 +69,7 @@ async def _count_once(kind: str, events: int, *, spark: SparkSession, bootstrap:
 
         started = time.monotonic()
         query = (
-            spark.readStream.format("kafka")
-            .options(**config.source_options())
-            .option("subscribe", topic.wait_topic)
-            .option("includeHeaders", "true")
-            .option("startingOffsets", "earliest")
-            .option("failOnDataLoss", "false")
-            .load()
+            wait_topic_stream(spark, config)  # the job's own source
             .writeStream.foreachBatch(count)
             .option("checkpointLocation", config.checkpoint_dir)
             .trigger(availableNow=True)

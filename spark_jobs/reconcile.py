@@ -61,7 +61,7 @@ from spark_jobs.mirror import CycleReport, pending_changes
 from spark_jobs.progress import latest_caught_up
 from spark_jobs.registry_link import RegistryConnection, registry_unavailable
 
-__all__ = ["CycleReport", "ReconcileConfig", "ReconcileJob"]
+__all__ = ["CycleReport", "ReconcileConfig", "ReconcileJob", "wait_topic_stream"]
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +74,23 @@ WARM_UP_JOIN_S = 30.0
 
 class StopRequestedError(RuntimeError):
     """A micro-batch refused because the job is stopping (its records are mirrored next run)."""
+
+
+def wait_topic_stream(spark: SparkSession, config: ReconcileConfig) -> DataFrame:
+    """The wait topic as the mirror's streaming source reads it."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**config.source_options())
+        .option("subscribe", config.wait_topic)
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        # The wait topic is compacted: offsets inside a batch's range may be gone, and a
+        # checkpointed offset may have been compacted away during a long stop. Neither is
+        # loss; compaction only removes records superseded by a later one of the same key.
+        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        .load()
+    )
 
 
 class ReconcileJob:
@@ -195,17 +212,7 @@ class ReconcileJob:
                                              name="waitline-warm-python-workers")
             self._warm_up.start()
         return (
-            self.spark.readStream.format("kafka")
-            .options(**self.config.source_options())
-            .option("subscribe", self.config.wait_topic)
-            .option("includeHeaders", "true")
-            .option("startingOffsets", "earliest")
-            # The wait topic is compacted: offsets inside a batch's range may be gone, and a
-            # checkpointed offset may have been compacted away during a long stop. Neither is
-            # loss; compaction only removes records superseded by a later one of the same key.
-            .option("failOnDataLoss", "false")
-            .option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
-            .load()
+            wait_topic_stream(self.spark, self.config)
             .writeStream.queryName(f"waitline-mirror-{self.config.wait_topic}")
             .foreachBatch(self._mirror_batch)
             .option("checkpointLocation", self.config.checkpoint_dir)
