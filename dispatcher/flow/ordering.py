@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from dispatcher.errors import ConfigError
@@ -101,17 +101,23 @@ class OrderingGate(Generic[RecordId]):
         self._waiting -= 1
         return [queue[0][0]]
 
-    def forget_partition(self, partition: Hashable) -> list[RecordId]:
-        """Drop the waiting records of a revoked partition; returns them (per lane in offset order).
+    def forget_partition(self, partition: Hashable,
+                         keep: Callable[[RecordId], bool] = lambda _record_id: False,
+                         ) -> list[RecordId]:
+        """Drop the waiting records of a revoked partition, except those `keep` names; returns
+        them (per lane in offset order).
 
         Records of that partition already in flight stay until released: their calls run on.
+        A kept record must not wait behind a dropped one of its lane (keep a prefix of each
+        lane's waiting records, e.g. the offsets below a bound).
         """
         dropped: list[RecordId] = []
         for lane, queue in self._lanes.items():
             head, *rest = queue
-            kept = [item for item in rest if item[1] != partition]
+            kept = [item for item in rest if item[1] != partition or keep(item[0])]
             if len(kept) != len(rest):
-                dropped.extend(record_id for record_id, owner in rest if owner == partition)
+                dropped.extend(record_id for record_id, owner in rest
+                               if owner == partition and not keep(record_id))
                 self._lanes[lane] = deque([head, *kept])
         for record_id in dropped:
             del self._lane_of[record_id]

@@ -228,6 +228,7 @@ class AtLeastOnceEngine:
                             f"{source.partition}@{source.offset}")
         finally:
             pending.done.set()
+            pending.left_the_line(ended=True)
 
     async def _poll_once(self) -> None:
         if self._adaptive is not None:  # --concurrency auto: the window's current size
@@ -352,6 +353,7 @@ class AtLeastOnceEngine:
                             "prepared, uncommitted)")
         finally:
             pending.done.set()
+            pending.left_the_line(ended=True)
             if self._turns is not None:
                 self._turns.release((source.topic, source.partition, source.offset))
 
@@ -359,6 +361,7 @@ class AtLeastOnceEngine:
                        pending: UnpreparedRecord) -> None:
         self._metrics.prepared.inc()
         pending.done.set()
+        pending.left_the_line()
         if pending.generation != self._generation[key]:
             return  # the partition was revoked meanwhile; its watermark is gone
         self._unprepared[key].pop(offset, None)
@@ -366,7 +369,8 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [partition_key(tp) for tp in revoked]
-        await leave_uncalled(keys, self._unprepared, self._turns, self._window.revoke_wait_s)
+        await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns,
+                             self._window.revoke_wait_s)
         await self._committer.commit(keys)
         if self._turns is not None:  # the next owner must not call a key while we still do
             await calls_finished(self._tasks, keys, self._window.revoke_wait_s)

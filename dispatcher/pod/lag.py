@@ -32,8 +32,25 @@ class UnpreparedRecord:
     fetched_at: float  # monotonic seconds
     done: DoneSignal = field(default_factory=DoneSignal)
     abandoned: bool = False  # its partition was revoked before it was called: not called here
+    ended: bool = False  # its task is over
+    # Made only for a revoke that needs this record called here (dispatcher/pod/revoke.py).
+    called_or_ended: DoneSignal | None = None
     waiting_for_slot: bool = False  # prepared ahead: committable only once its call starts
     reason: str = AWAITING_PREPARE
+
+    def left_the_line(self, *, ended: bool = False) -> None:
+        """Its call started (it is committable), or its task ended (`ended`)."""
+        self.ended = self.ended or ended
+        if self.called_or_ended is not None:
+            self.called_or_ended.set()
+
+    def call_signal(self) -> DoneSignal:
+        """Set once its call starts or its task ends (made on first use)."""
+        if self.called_or_ended is None:
+            self.called_or_ended = DoneSignal()
+            if self.ended:
+                self.called_or_ended.set()
+        return self.called_or_ended
 
 
 Unprepared = dict[TopicPartitionKey, dict[int, UnpreparedRecord]]

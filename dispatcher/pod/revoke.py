@@ -1,9 +1,14 @@
 """What a revoke does before it commits: every record of the revoked partitions that this pod
 will not call is left, uncommitted, to the next owner (DESIGN.md "Rebalances").
 
-A record waiting for its turn (`--ordering`) or, prepared ahead, for a call slot is abandoned at
-once; a prepare still in flight is awaited (at most the revoke's wait) so that no wait record
-lands after the next owner's tombstone, and abandoned if it outlives the wait. An abandoned
+The next owner fetches from the committed offset, so it calls again every record above it that
+was called here. A record not yet called (prepared ahead and waiting for a call slot, waiting
+for its turn under `--ordering`, or its prepare in flight) is therefore left only if no record
+above it in its partition was called: the records above the partition's highest called one
+are abandoned at once (a prepare in flight is awaited, so that no wait record lands after the
+next owner's tombstone); the holes below it are called here, and the revoke waits for their
+calls to start. Whatever is still not called when the revoke's wait runs out is abandoned too
+(the records called above it are then called again: the documented bound). An abandoned
 record's task sees the flag and ends without calling.
 """
 
@@ -12,34 +17,55 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.pod.lag import Unprepared
+from dispatcher.pod.lag import Unprepared, UnpreparedRecord
 from dispatcher.pod.turns import Turns
-from dispatcher.pod.watermark import TopicPartitionKey
+from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
 
 async def leave_uncalled(keys: list[TopicPartitionKey], unprepared: Unprepared,
-                         turns: Turns | None, wait_s: float) -> None:
-    """Abandon the records of revoked partitions `keys` that were not called here, waiting at
-    most `wait_s` for their prepares in flight."""
+                         watermarks: PartitionWatermarks, turns: Turns | None,
+                         wait_s: float) -> None:
+    """Abandon the records of revoked partitions `keys` above each one's highest called
+    record, and wait at most `wait_s` for those prepares in flight and for the records below
+    it to be called."""
+    holes: list[UnpreparedRecord] = []
+    above: list[UnpreparedRecord] = []
+    for key in keys:
+        highest = watermarks.highest_prepared(key)
+        bound = 0 if highest is None else highest + 1
+        for offset, pending in unprepared.get(key, {}).items():
+            if offset < bound:
+                holes.append(pending)
+            else:
+                pending.abandoned = True  # not called here
+                above.append(pending)
+        if turns is not None:
+            turns.revoke(key, from_offset=bound)  # wakes them: abandoned, they end
+    calls = [pending.call_signal() for pending in holes]
+    try:
+        async with asyncio.timeout(wait_s):
+            await asyncio.gather(*(p.done.wait() for p in above), *(c.wait() for c in calls))
+    except TimeoutError:
+        _give_up(keys, turns, [p for p, c in zip(holes, calls, strict=True) if not c.is_set()],
+                 above, wait_s)
+
+
+def _give_up(keys: list[TopicPartitionKey], turns: Turns | None,
+             uncalled: list[UnpreparedRecord], above: list[UnpreparedRecord],
+             wait_s: float) -> None:
+    """The wait ran out: nothing more of these partitions is called here."""
+    for pending in uncalled:
+        pending.abandoned = True
     if turns is not None:
-        for topic, partition, offset in (r for k in keys for r in turns.revoke(k)):
-            unprepared[(topic, partition)][offset].abandoned = True  # not called here
-    unfinished = [p for k in keys for p in unprepared.get(k, {}).values()]
-    if unfinished:
-        try:
-            async with asyncio.timeout(wait_s):
-                await asyncio.gather(*(p.done.wait() for p in unfinished))
-        except TimeoutError:
-            left = [p for p in unfinished if not p.done.is_set()]
-            for pending in left:
-                pending.abandoned = True
-            log.warning("revoke: %d prepares still unfinished after %.0f s; this pod will "
-                        "not call their records, the next owner fetches them", len(left),
-                        wait_s)
-    for pending in unfinished:  # prepared ahead, never called: uncommitted, left to the
-        pending.abandoned = pending.abandoned or pending.waiting_for_slot  # next owner
+        for key in keys:
+            turns.revoke(key)
+    prepares = sum(not p.done.is_set() for p in above)
+    log.warning("revoke: after %.0f s, %d prepares still unfinished and %d records below a "
+                "called one still not called; this pod will not call them, the next owner "
+                "fetches them (and calls again what was called above them)", wait_s, prepares,
+                len(uncalled))
 
 
 async def calls_finished(tasks: set[asyncio.Task[None]], keys: list[TopicPartitionKey],

@@ -4,8 +4,9 @@ record that waits for its turn.
 A record is admitted when fetched (in offset order) and waits for its turn; only then is it
 written to the wait topic (a wait of several deadlines must not eat into its wait record's
 expiration), its offset made committable and its call started: a revoke
-abandons the records still waiting (the next owner calls them, in order), so two pods never
-call records of one key at the same time. A waiting record counts toward the window.
+abandons the records still waiting above the partition's highest called one (the next owner
+calls them, in order) and lets those below take their turn here (dispatcher/pod/revoke.py), so
+two pods never call records of one key at the same time. A waiting record counts toward the window.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ class Turns:
         for next_record in self._gate.release(record):
             self._waiting.pop(next_record).set()
 
-    def revoke(self, partition: TopicPartitionKey) -> list[RecordId]:
-        """Drop the partition's waiting records and wake them; returns them."""
-        dropped = self._gate.forget_partition(partition)
+    def revoke(self, partition: TopicPartitionKey, from_offset: int = 0) -> list[RecordId]:
+        """Drop the partition's waiting records at `from_offset` or above and wake them;
+        returns them. Those below keep waiting for their turn."""
+        dropped = self._gate.forget_partition(partition, lambda record: record[2] < from_offset)
         for record in dropped:
             self._admitted.discard(record)
             self._waiting.pop(record).set()

@@ -36,10 +36,11 @@ _COMPACT_SLACK = 32
 class OffsetWatermark:
     """Tracks one partition's fetched offsets and which of them are prepared."""
 
-    __slots__ = ("_end", "_in_order", "_unprepared")
+    __slots__ = ("_end", "_highest_prepared", "_in_order", "_unprepared")
 
     def __init__(self) -> None:
         self._end: int | None = None  # one past the highest tracked offset
+        self._highest_prepared: int | None = None
         self._unprepared: set[int] = set()
         # Unprepared offsets in increasing order, plus lazily dropped prepared ones; the front,
         # when there is one, is always unprepared.
@@ -67,6 +68,8 @@ class OffsetWatermark:
         if offset in self._unprepared:
             self._unprepared.remove(offset)
             self._drop_prepared_front()
+            if self._highest_prepared is None or offset > self._highest_prepared:
+                self._highest_prepared = offset
             return
         if self._end is None or offset >= self._end or offset < 0:
             raise ValueError(f"offset {offset} was never tracked")
@@ -84,6 +87,12 @@ class OffsetWatermark:
     def end(self) -> int | None:
         """One past the highest tracked offset; None before any is tracked."""
         return self._end
+
+    @property
+    def highest_prepared(self) -> int | None:
+        """The highest offset marked prepared; None before any is. An unprepared offset below
+        it is a hole: not committing past it means fetching again what was prepared above it."""
+        return self._highest_prepared
 
     @property
     def pending(self) -> int:
@@ -134,6 +143,11 @@ class PartitionWatermarks:
         watermark = self._watermarks.get(tp)
         end = None if watermark is None else watermark.end
         return end if end is not None else self._committed.get(tp)
+
+    def highest_prepared(self, tp: TopicPartitionKey) -> int | None:
+        """`tp`'s highest offset marked prepared (OffsetWatermark.highest_prepared)."""
+        watermark = self._watermarks.get(tp)
+        return None if watermark is None else watermark.highest_prepared
 
     def pending(self, tp: TopicPartitionKey) -> int:
         """How many of `tp`'s tracked offsets are not yet prepared (0 for an unknown one)."""

@@ -139,6 +139,17 @@ def test_forget_partition_drops_its_waiting_records_only() -> None:
     assert gate.release("p1-a2") == []
 
 
+def test_forget_partition_keeps_the_records_it_is_told_to_keep() -> None:
+    """A revoke keeps the holes below the highest called offset waiting for their turn."""
+    gate: OrderingGate[tuple[int, int]] = OrderingGate(OrderingMode.KEY)
+    for offset in range(4):
+        gate.admit((0, offset), 0, b"a")
+    assert gate.forget_partition(0, keep=lambda record: record[1] < 2) == [(0, 2), (0, 3)]
+    assert gate.waiting == 1
+    assert gate.release((0, 0)) == [(0, 1)]
+    assert gate.release((0, 1)) == []
+
+
 @pytest.mark.parametrize("text", ["key", " Partition ", "UNORDERED"])
 def test_parse_ordering_accepts_the_modes(text: str) -> None:
     assert parse_ordering(text).value == text.strip().lower()

@@ -124,6 +124,7 @@ def test_every_prepare_order_matches_the_reference(count: int) -> None:
                 prepared.add(offset)
                 assert watermark.committable() == reference_committable(tracked, prepared)
                 assert watermark.pending == len(tracked) - len(prepared)
+                assert watermark.highest_prepared == max(prepared)
 
 
 def test_memory_is_bounded_by_unprepared_records_while_one_prepare_is_stuck() -> None:
@@ -172,6 +173,23 @@ def test_interleaved_track_and_prepare_match_the_reference(data: st.DataObject) 
             next_offset += 1
         assert watermark.committable() == reference_committable(tracked, prepared)
         assert watermark.pending == len(tracked) - len(prepared)
+        assert watermark.highest_prepared == max(prepared, default=None)
+
+
+def test_the_highest_prepared_offset_ignores_repeats_and_is_kept_per_partition() -> None:
+    """What a revoke needs: the unprepared offsets below it are holes (dispatcher/pod/revoke.py)."""
+    watermarks = PartitionWatermarks()
+    assert watermarks.highest_prepared(("orders", 0)) is None
+    for offset in range(4):
+        watermarks.track(("orders", 0), offset)
+    watermarks.track(("orders", 1), 9)
+    watermarks.mark_prepared(("orders", 0), 2)
+    watermarks.mark_prepared(("orders", 0), 1)
+    watermarks.mark_prepared(("orders", 0), 2)
+    assert watermarks.highest_prepared(("orders", 0)) == 2
+    assert watermarks.highest_prepared(("orders", 1)) is None
+    watermarks.forget(("orders", 0))
+    assert watermarks.highest_prepared(("orders", 0)) is None
 
 
 # --- PartitionWatermarks ------------------------------------------------------------------------
