@@ -35,7 +35,6 @@ class UnpreparedRecord:
     ended: bool = False  # its task is over
     # Made only for a revoke that needs this record called here (dispatcher/pod/revoke.py).
     called_or_ended: DoneSignal | None = None
-    waiting_for_slot: bool = False  # prepared ahead: committable only once its call starts
     reason: str = AWAITING_PREPARE
 
     def left_the_line(self, *, ended: bool = False) -> None:

@@ -42,7 +42,7 @@ class Preparer:
         """Wait for a call slot: the wait record (written again after a long wait, e.g. an open
         circuit, so it cannot expire into the DLQ while this pod still calls it), or None if
         the partition was revoked meanwhile (not called here)."""
-        pending.reason, pending.waiting_for_slot = AWAITING_CALL_SLOT, True
+        pending.reason = AWAITING_CALL_SLOT
         pending.done.set()  # its wait record is durable: a revoke need not wait for it
         while not await self._calls.acquire(self._window.refresh_wait_record_s,
                                             lambda: pending.abandoned):
@@ -53,7 +53,6 @@ class Preparer:
         if pending.abandoned:
             self._calls.release()
             return None
-        pending.waiting_for_slot = False
         return prepare
 
     async def call_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
