@@ -74,8 +74,7 @@ def apply_on_executors(changes: DataFrame, target: SinkTarget) -> BatchOutcome:
 def apply_partition(rows: Iterable[Row], target: SinkTarget) -> PartitionOutcome:
     """Apply one partition's rows in one transaction; never raises a database error."""
     tally = BatchTally()
-    registry = _registries.setdefault(
-        target.pg_dsn, RegistryConnection(target.pg_dsn, _APPLICATION_NAME))
+    registry = worker_registry(target.pg_dsn)
     try:
         result = apply_batch(registry.get(), tally.events(rows), dlq_topic=target.dlq_topic,
                              group=target.group)  # fmt: skip
@@ -98,9 +97,17 @@ def warm_workers(spark: SparkSession, pg_dsn: str) -> None:
         lambda _: open_registry(pg_dsn))
 
 
+def worker_registry(pg_dsn: str) -> RegistryConnection:
+    """This Python worker's registry connection for `pg_dsn` (made on first use, not opened)."""
+    registry = _registries.get(pg_dsn)
+    if registry is None:
+        registry = _registries[pg_dsn] = RegistryConnection(pg_dsn, _APPLICATION_NAME)
+    return registry
+
+
 def open_registry(pg_dsn: str) -> None:
     """This Python worker's registry connection, opened now if it can be."""
-    registry = _registries.setdefault(pg_dsn, RegistryConnection(pg_dsn, _APPLICATION_NAME))
+    registry = worker_registry(pg_dsn)
     try:
         registry.get()
     except psycopg.Error:
