@@ -373,6 +373,22 @@ class DispatcherProcess:
             await self._process.wait()
 
 
+async def second_pod_until_done(bootstrap: str, topic: str, group: str, *,
+                                counterparty: RecordingCounterparty, expected: set[str],
+                                log_path: Path, **flags: str | int) -> None:
+    """A second `waitline dispatch` joins the group; once the pods have committed everything
+    and every Idempotency-Key in `expected` was called, it is stopped (SIGTERM, exit 0)."""
+    argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
+                         bootstrap_servers=bootstrap, commit_interval="200ms", **flags)
+    async with DispatcherProcess(argv, log_path) as second:
+        await wait_until(lambda: fully_committed(bootstrap, group, topic),
+                         "the two pods commit everything", timeout_s=90)
+        await wait_until(lambda: set(counterparty.calls_per_key()) >= expected,
+                         "every record is called", timeout_s=30)
+        second.send(signal.SIGTERM)
+        assert await second.wait(40) == 0, second.log()[-3000:]
+
+
 def pod_settings(bootstrap: str, input_topic: str, group: str, counterparty_url: str,
                  **flags: Any) -> DispatchSettings:
     """Settings for a pod under test: quick commits, everything else as given."""

@@ -32,6 +32,7 @@ from dispatch_helpers import (
     read_topic,
     read_wait_topic,
     run_pod_until,
+    second_pod_until_done,
     wait_ids,
     wait_until,
 )
@@ -262,16 +263,9 @@ async def test_a_slow_prepare_during_a_rebalance_is_called_once(
         first = asyncio.create_task(run_pod(pod_settings(
             kafka_bootstrap, topic, group, counterparty.url, concurrency=4, **flags), stop))
         await wait_until(_SlowPrepareWriter.started.is_set, "the slow prepare has begun", 30)
-        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
-                             bootstrap_servers=kafka_bootstrap, concurrency=4,
-                             commit_interval="200ms", **flags)
-        async with DispatcherProcess(argv, tmp_path / "second.log") as second:
-            await wait_until(lambda: fully_committed(kafka_bootstrap, group, topic),
-                             "the two pods commit everything", timeout_s=90)
-            await wait_until(lambda: set(counterparty.calls_per_key()) >= set(ids),
-                             "every record is called", timeout_s=30)
-            second.send(signal.SIGTERM)
-            assert await second.wait(40) == 0, second.log()[-3000:]
+        await second_pod_until_done(kafka_bootstrap, topic, group, counterparty=counterparty,
+                                    expected=set(ids), log_path=tmp_path / "second.log",
+                                    concurrency=4, **flags)
         stop.set()
         await asyncio.wait_for(first, 60)
 

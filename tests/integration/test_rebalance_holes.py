@@ -12,7 +12,6 @@ owner. Each test builds the hole on purpose, then a second pod joins the group."
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +20,12 @@ from typing import ClassVar
 import pytest
 from dispatch_helpers import (
     Answer,
-    DispatcherProcess,
     InputRecord,
     RecordingCounterparty,
     create_topic,
-    dispatch_argv,
-    fully_committed,
     pod_settings,
     produce_records,
+    second_pod_until_done,
     wait_ids,
     wait_until,
 )
@@ -85,16 +82,8 @@ async def repeated_calls(kafka_bootstrap: str, topic: str, group: str, *,
         first = asyncio.create_task(run_pod(pod_settings(
             kafka_bootstrap, topic, group, counterparty.url, **hole.flags), stop))
         await wait_until(lambda: hole.holds(counterparty, quick_id), hole.what, 30)
-        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
-                             bootstrap_servers=kafka_bootstrap, commit_interval="200ms",
-                             **hole.flags)
-        async with DispatcherProcess(argv, log_path) as second:
-            await wait_until(lambda: fully_committed(kafka_bootstrap, group, topic),
-                             "the two pods commit everything", timeout_s=90)
-            await wait_until(lambda: set(counterparty.calls_per_key()) >= set(ids),
-                             "every record is called", timeout_s=30)
-            second.send(signal.SIGTERM)
-            assert await second.wait(40) == 0, second.log()[-3000:]
+        await second_pod_until_done(kafka_bootstrap, topic, group, counterparty=counterparty,
+                                    expected=set(ids), log_path=log_path, **hole.flags)
         stop.set()
         await asyncio.wait_for(first, 60)
     calls = counterparty.calls_per_key()
