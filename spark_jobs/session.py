@@ -22,6 +22,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from dispatcher.paths import spark_jars_dir
+from spark_jobs.class_archive import SHARED_ARCHIVE_OPTION, archive_java_option
 
 CACHE_ENV = "WAITLINE_CACHE_DIR"
 KAFKA_CONNECTOR_JAR_PREFIX = "spark-sql-kafka-0-10_"
@@ -79,9 +80,22 @@ class SparkSettings:
     extra_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def for_job(cls, *, once: bool, master: str = DEFAULT_MASTER) -> SparkSettings:
-        """The job's settings: a `--once` run's JVM compiles with C1 only."""
-        return cls(master=master, driver_java_options=ONCE_DRIVER_JAVA_OPTIONS if once else None)
+    def for_job(cls, *, once: bool, master: str = DEFAULT_MASTER,
+                class_archive: bool = True) -> SparkSettings:
+        """The job's settings: a `--once` run's JVM compiles with C1 only; the JVM maps its
+        classes from the class archive `make setup` built, while that archive is current
+        (spark_jobs/class_archive.py; `class_archive=False` never does)."""
+        jars_dir = default_jars_dir()
+        archive = archive_java_option(jars_dir) if class_archive else None
+        return cls(master=master, jars_dir=jars_dir,
+                   driver_java_options=job_java_options(once=once, archive_option=archive))
+
+
+def job_java_options(*, once: bool, archive_option: str | None) -> str | None:
+    """The job's JVM options: C1 alone for `--once`, the class archive when there is one."""
+    options = [option for option in (ONCE_DRIVER_JAVA_OPTIONS if once else None, archive_option)
+               if option is not None]  # fmt: skip
+    return " ".join(options) or None
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,11 @@ def choose_connector(jars_dir: Path, spark_version: str) -> Connector:
     jars = sorted(jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
     if any(jar.name.startswith(KAFKA_CONNECTOR_JAR_PREFIX) for jar in jars):
         return Connector(
-            conf={"spark.jars": ",".join(str(jar) for jar in jars)},
+            conf={"spark.jars": ",".join(str(jar) for jar in jars),
+                  # Also on the driver JVM's own class path (local mode: the executors' too),
+                  # where the class archive can hold the connector's classes
+                  # (spark_jobs/class_archive.py); `spark.jars` still ships them to a cluster.
+                  "spark.driver.extraClassPath": ":".join(str(jar) for jar in jars)},
             description=f"Spark's Kafka connector: {len(jars)} local jars from {jars_dir}",
         )
     coordinates = f"{KAFKA_CONNECTOR_ARTIFACT}:{spark_version}"
@@ -149,6 +167,8 @@ def build_session(settings: SparkSettings | None = None) -> SparkSession:
     settings = settings or SparkSettings()
     connector = choose_connector(settings.jars_dir, settings.spark_version)
     log.info(connector.description)
+    if settings.driver_java_options and SHARED_ARCHIVE_OPTION in settings.driver_java_options:
+        log.info("Spark's JVM maps its classes from the class archive `make setup` built")
     conf = session_conf(settings, connector)
     # PySpark starts its Python workers with $PYSPARK_PYTHON (python3 from PATH otherwise).
     os.environ.setdefault("PYSPARK_PYTHON", settings.python)

@@ -29,9 +29,10 @@ def _folder(root: Path, names: list[str]) -> Path:
 def test_a_cache_with_the_connector_puts_every_jar_on_spark_jars(tmp_path: Path) -> None:
     folder = _folder(tmp_path, [CONNECTOR_JAR, *OTHER_JARS, "README.txt"])
     connector = session.choose_connector(folder, "4.2.0")
-    assert dict(connector.conf) == {
-        "spark.jars": ",".join(str(folder / n) for n in sorted([CONNECTOR_JAR, *OTHER_JARS]))
-    }
+    jars = [str(folder / n) for n in sorted([CONNECTOR_JAR, *OTHER_JARS])]
+    # On the driver's class path too, where the class archive can hold their classes.
+    assert dict(connector.conf) == {"spark.jars": ",".join(jars),
+                                    "spark.driver.extraClassPath": ":".join(jars)}  # fmt: skip
     assert str(folder) in connector.description
     assert "local jars" in connector.description
 
@@ -74,11 +75,13 @@ def test_the_session_conf_carries_the_connector_and_extra_conf_wins(tmp_path: Pa
 
 def test_only_a_once_run_starts_its_jvm_with_c1_alone(tmp_path: Path) -> None:
     connector = session.choose_connector(tmp_path, "4.2.0")
-    once = session.session_conf(session.SparkSettings.for_job(master="local[*]", once=True),
-                                connector)
+    once = session.session_conf(
+        session.SparkSettings.for_job(master="local[*]", once=True, class_archive=False),
+        connector)  # fmt: skip
     assert once["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
-    running = session.session_conf(session.SparkSettings.for_job(master="local[*]", once=False),
-                                   connector)
+    running = session.session_conf(
+        session.SparkSettings.for_job(master="local[*]", once=False, class_archive=False),
+        connector)  # fmt: skip
     assert "spark.driver.extraJavaOptions" not in running
     mine = session.SparkSettings(driver_java_options="-Xss4m",
                                  extra_conf={"spark.driver.extraJavaOptions": "-Xss8m"})
@@ -114,9 +117,11 @@ def test_local_jars_exactly_when_a_connector_jar_is_cached(
     if has_connector:
         listed = connector.conf["spark.jars"].split(",")
         assert listed == [str(folder / n) for n in sorted(n for n in names if n.endswith(".jar"))]
+        assert connector.conf["spark.driver.extraClassPath"].split(":") == listed
         assert "spark.jars.packages" not in connector.conf
     else:
         assert connector.conf["spark.jars.packages"] == (
             f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
         )
         assert "spark.jars" not in connector.conf
+        assert "spark.driver.extraClassPath" not in connector.conf
