@@ -44,8 +44,11 @@ DEFAULT_MASTER = "local[*]"
 # never lives long enough for C2's code to pay for its compile time on a small box. Measured on
 # 2 cores (docs/BENCHMARKS.md, "Spark's own floor for a first cycle"): a first cycle of 50,000
 # events 22% faster; after ten cycles in one JVM, 15% slower than tiered compilation, so the
-# long-running job keeps the JVM's default.
-ONCE_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# long-running job keeps the JVM's default. The same JVM collects with the serial collector:
+# G1's concurrent threads compete for the two cores a one-cycle JVM needs, and a first cycle of
+# 50,000 events took 4.34 s on average against 4.68 s with G1 (five pairs, docs/BENCHMARKS.md,
+# "Class-data sharing"); the long-running job keeps G1 for its shorter pauses.
+ONCE_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
 
 

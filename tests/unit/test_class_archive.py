@@ -15,7 +15,7 @@ from connectors.rows import WaitEvent, plan_batch  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
-C1 = "-XX:TieredStopAtLevel=1"
+C1 = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _archive(directory: Path, jars_dir: Path) -> Path:

@@ -73,12 +73,12 @@ def test_the_session_conf_carries_the_connector_and_extra_conf_wins(tmp_path: Pa
 
 
 
-def test_only_a_once_run_starts_its_jvm_with_c1_alone(tmp_path: Path) -> None:
+def test_only_a_once_run_starts_its_jvm_with_c1_and_the_serial_gc(tmp_path: Path) -> None:
     connector = session.choose_connector(tmp_path, "4.2.0")
     once = session.session_conf(
         session.SparkSettings.for_job(master="local[*]", once=True, class_archive=False),
         connector)  # fmt: skip
-    assert once["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert once["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     running = session.session_conf(
         session.SparkSettings.for_job(master="local[*]", once=False, class_archive=False),
         connector)  # fmt: skip
