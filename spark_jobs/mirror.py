@@ -57,7 +57,8 @@ def pending_changes(batch: DataFrame) -> DataFrame:
     with the rows instead of costing a second read of the batch. Headers travel as one JSON
     text (binary values in base64): a column of nested structs is several times slower to bring
     into Python, row by row. A tombstone that closes a wait needs only its key, so its headers
-    stay behind (they cost more to bring over than everything else in the row).
+    stay behind, dropped before the shuffle (they cost more to shuffle and to bring over than
+    everything else in the row).
 
     The batch is distributed by key alone, so all of a wait id's records — in two partitions
     once the wait topic has grown — reach one sink task, which orders them (`supersedes`).
@@ -66,8 +67,13 @@ def pending_changes(batch: DataFrame) -> DataFrame:
     closes = F.col("value").isNull() & F.col("key").cast("string").rlike(_CANONICAL_UUID)
     is_last = F.col("offset") == F.max("offset").over(by_key)
     return (
-        batch.repartition("key")
-        .withColumn("closed_at", F.max(F.when(closes, F.col("offset"))).over(by_key))
+        batch.select(
+            "topic", "partition", "offset", "timestamp", "key", "value", closes.alias("closes"),
+            # Left behind before the shuffle: a closing tombstone's headers are never read.
+            F.when(closes, F.lit(None)).otherwise(F.col("headers")).alias("headers"),
+        )
+        .repartition("key")
+        .withColumn("closed_at", F.max(F.when(F.col("closes"), F.col("offset"))).over(by_key))
         .withColumn("records", F.when(is_last, F.count(F.lit(1)).over(by_key)).otherwise(0))
         .withColumn("newest_ms", F.when(is_last, F.max(F.unix_millis("timestamp")).over(by_key)))
         .where(F.col("closed_at").isNull() | (F.col("offset") >= F.col("closed_at")))
@@ -78,7 +84,7 @@ def pending_changes(batch: DataFrame) -> DataFrame:
             F.unix_millis("timestamp").alias("timestamp_ms"),
             "key",
             "value",
-            F.when(closes, F.lit(None)).otherwise(F.to_json("headers")).alias("headers_json"),
+            F.to_json("headers").alias("headers_json"),
             "records",
             "newest_ms",
         )
