@@ -21,6 +21,16 @@ from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, kafka_libs_dir
 KAFKA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "kafka"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka's own `Uuid.randomUuid` draws one: 16 random bytes in
+    URL-safe base64, drawn again while the text starts with '-' (one in 64), which the storage
+    tool would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaService:
     """One Kafka broker+controller (KRaft combined mode) from the jars in the cache folder."""
 
@@ -79,7 +89,7 @@ class KafkaService:
     def _format_storage(self, config: Path) -> None:
         if (self.home / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         result = subprocess.run(
             self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id,
                            "-c", str(config), "--ignore-formatted"),

@@ -86,11 +86,11 @@ class LocalStack:
         started = []
         services: list[PostgresService | KafkaService | SparkClusterService] = [
             self.postgres, self.kafka, *([self.spark] if spark else [])]
-        for service in services:
-            if service.pid() is None:
-                service.start()
-                started.append(service.name)
-        try:
+        try:  # a service that fails to start stops the ones started before it
+            for service in services:
+                if service.pid() is None:
+                    service.start()
+                    started.append(service.name)
             self.postgres.wait_healthy()
             self.postgres.ensure_database()
             self.kafka.wait_healthy()
