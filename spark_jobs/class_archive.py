@@ -46,11 +46,11 @@ SHARED_ARCHIVE_OPTION = "-XX:SharedArchiveFile"
 TRAINING_RECORDS = 4_000
 TRAINING_PARTITIONS = 4
 JVM_EXIT_TIMEOUT_S = 300.0  # HotSpot writes the archive as the JVM exits: ~10 s on 2 cores
+# HotSpot warns of every class it leaves out (signed jars, classes never linked): not news.
+TRAINING_JAVA_OPTIONS = "-Xlog:cds=error,cds+dynamic=error"
 # The Kafka source meets no broker: these bound how long it tries before the query fails.
 _NO_BROKER = "127.0.0.1:1"
 NO_BROKER_WAIT_S = 30
-# HotSpot warns of every class it leaves out (signed jars, classes never linked): not news.
-TRAINING_JAVA_OPTIONS = "-Xlog:cds=error,cds+dynamic=error"
 _NO_BROKER_OPTIONS = {
     "kafka.request.timeout.ms": "500",
     "kafka.default.api.timeout.ms": "1000",
@@ -228,7 +228,7 @@ def _meet_no_broker(spark: Any, work: Path) -> None:
         query.stop()
 
 
-def _end_jvm() -> int | None:
+def _end_jvm() -> int:
     """Close the JVM's stdin (it exits on EOF, as when Python exits) and wait for it."""
     from pyspark import SparkContext  # noqa: PLC0415
 
