@@ -4,7 +4,7 @@ A first `--once` cycle is mostly a cold JVM's work: it loads, verifies and links
 classes from Spark's jars, on a 2-core box with the cycle's own work competing for the cores
 (docs/BENCHMARKS.md, "Where a first cycle's time goes"). A HotSpot CDS archive holds those
 classes already parsed and verified; a JVM started with `-XX:SharedArchiveFile` maps them
-instead. Measured on 2 cores: a first cycle of 50,000 events 6.1-6.4 s without, 4.1-4.3 s with.
+instead. Measured on 2 cores: a first cycle of 50,000 events 5.5-6.4 s without, 4.1-4.6 s with.
 
 `build_class_archive` writes the archive without any service: a JVM started as the job starts
 its own (`SparkSettings`, with `-XX:ArchiveClassesAtExit`) runs the job's own kind of query over

@@ -95,7 +95,8 @@ class SparkSettings:
 
 
 def job_java_options(*, once: bool, archive_option: str | None) -> str | None:
-    """The job's JVM options: C1 alone for `--once`, the class archive when there is one."""
+    """The job's JVM options: C1 alone and the serial collector for `--once`, the class archive
+    when there is one."""
     options = [option for option in (ONCE_DRIVER_JAVA_OPTIONS if once else None, archive_option)
                if option is not None]  # fmt: skip
     return " ".join(options) or None
