@@ -7,6 +7,8 @@
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
     ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.session)
+    ├── KafkaClientError            a commit or offset read failed (the Kafka seam); retriable
+    ├── UnreadableRecordError       the Kafka client cannot parse a fetched record (the seam)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
@@ -51,6 +53,17 @@ class FatalError(WaitlineError):
 
 class ConsumeError(WaitlineError):
     """Records could not be read from Kafka; the message names the topic and the cause."""
+
+
+class KafkaClientError(WaitlineError):
+    """A commit or an offset read failed (a lost partition, a broker away); tried again later."""
+
+    retriable = True
+
+
+class UnreadableRecordError(WaitlineError):
+    """The Kafka client cannot parse a fetched record (a header name that is not UTF-8, a
+    corrupt batch); the consumer's position stays before it."""
 
 
 class RegistryError(WaitlineError):

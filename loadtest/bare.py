@@ -28,11 +28,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from dispatcher.kafka.clients import make_producer, producer_batch_bytes
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.counterparty import pooled_session
-from dispatcher.pod.kafka_io import make_producer, producer_batch_bytes
-from dispatcher.pod.settings import KafkaConfig, TopicConfig
 from dispatcher.pod.settle import source_record
-from dispatcher.pod.topics import ensure_topics
 from dispatcher.wire import tombstone_of, wait_record
 
 POLL_TIMEOUT_MS = 100

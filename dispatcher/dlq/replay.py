@@ -38,7 +38,7 @@ from dispatcher.dlq.plan import ReplayItem, ReplayPlan
 from dispatcher.dlq.records import DlqRecord, original_record
 from dispatcher.dlq.session import KafkaSession, ScanObserver
 from dispatcher.errors import ProduceError
-from dispatcher.pod.kafka_io import make_producer, stop_quietly
+from dispatcher.kafka.clients import make_producer, stop_quietly
 
 TRANSACTION_MAX_RECORDS = 500
 TRANSACTION_MAX_BYTES = 32 * 1024 * 1024

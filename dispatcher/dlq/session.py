@@ -22,8 +22,8 @@ from dispatcher.dlq.ledger import ReplayLedger, ledger_topic_for, parse_ledger_r
 from dispatcher.dlq.plan import ReplayItem, ReplayPlan, ReplayPlanner, ReplayRequest
 from dispatcher.dlq.records import DlqCoordinates, DlqRecord
 from dispatcher.errors import ConfigError, ConsumeError, TopicSetupError, WireFormatError
-from dispatcher.pod.kafka_io import stop_quietly
-from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig
+from dispatcher.kafka.clients import stop_quietly
+from dispatcher.kafka.config import MAX_RECORD_BYTES, KafkaConfig
 
 STALL_TIMEOUT_S = 30.0
 """A scan that makes no progress for this long fails instead of hanging."""

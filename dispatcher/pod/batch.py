@@ -11,13 +11,12 @@ import asyncio
 import logging
 import time
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-
+from dispatcher.errors import KafkaClientError
+from dispatcher.kafka.seam import AckedWrites, SourceConsumer, TopicPartition
+from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
-from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import OutcomeWriter, source_record
 from dispatcher.wire import NULL_VALUE_FAILURE, SourceRecord, idempotency_key_of, wait_id_for
 
@@ -29,7 +28,7 @@ POLL_TIMEOUT_MS = 200
 class BatchEngine:
     """Runs until `stop` is set; the batch in progress is finished and committed first."""
 
-    def __init__(self, *, consumer: AIOKafkaConsumer, writer: AckedWriter,
+    def __init__(self, *, consumer: SourceConsumer, writer: AckedWrites,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics) -> None:
         self._consumer = consumer
@@ -84,7 +83,7 @@ class BatchEngine:
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         try:
             await self._consumer.commit(offsets)
-        except KafkaError as exc:
+        except KafkaClientError as exc:
             # Lost the partitions mid-batch: the next owner processes the batch again.
             self._metrics.commits.labels("failed").inc()
             log.warning("batch commit failed (the batch will be redelivered): %r", exc)

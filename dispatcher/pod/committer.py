@@ -14,9 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-
+from dispatcher.errors import KafkaClientError
+from dispatcher.kafka.seam import SourceConsumer, TopicPartition
 from dispatcher.pod.lag import LagReporter
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
@@ -27,7 +26,7 @@ log = logging.getLogger(__name__)
 class Committer:
     """Commits the watermarks' committable offsets; `loop` runs until `stop` is set."""
 
-    def __init__(self, *, consumer: AIOKafkaConsumer, watermarks: PartitionWatermarks,
+    def __init__(self, *, consumer: SourceConsumer, watermarks: PartitionWatermarks,
                  metrics: DispatcherMetrics, lag: LagReporter, interval_s: float) -> None:
         self._consumer = consumer
         self._watermarks = watermarks
@@ -57,7 +56,7 @@ class Committer:
             offsets = {TopicPartition(t, p): o for (t, p), o in due.items()}
             try:
                 await self._consumer.commit(offsets)
-            except KafkaError as exc:
+            except KafkaClientError as exc:
                 self._metrics.commits.labels("failed").inc()
                 log.warning("offset commit failed, will retry: %r", exc)
                 return

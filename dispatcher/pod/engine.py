@@ -26,23 +26,20 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-from aiokafka.structs import ConsumerRecord
-
-from dispatcher.errors import FatalError, ProduceError
+from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
+from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
+from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.caller import Caller
 from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
 from dispatcher.pod.counterparty import Counterparty
-from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import (
     AWAITING_PREPARE,
     LagReporter,
@@ -52,8 +49,6 @@ from dispatcher.pod.lag import (
 from dispatcher.pod.loopwatch import LoopWatch
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
-    UNREADABLE_ERRORS,
-    Rebalances,
     cancel_left_over,
     fetch_fairly,
     first_set,
@@ -63,7 +58,7 @@ from dispatcher.pod.polling import (
 )
 from dispatcher.pod.preparer import Preparer
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
-from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import StallTracker
@@ -97,7 +92,7 @@ def most_open(window: int) -> int:
 class AtLeastOnceEngine:
     """Runs until `stop` is set, then drains for the grace period, commits and returns."""
 
-    def __init__(self, *, consumer: AIOKafkaConsumer, writer: AckedWriter,
+    def __init__(self, *, consumer: SourceConsumer, writer: AckedWrites,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics, clock: Callable[[], float] = time.time,
                  circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None) -> None:
@@ -164,7 +159,7 @@ class AtLeastOnceEngine:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until `stop` is set; FatalError if the engine had to stop on its own."""
-        self._consumer.subscribe(list(self._topics.input_topics), listener=Rebalances(self))
+        self._consumer.subscribe(list(self._topics.input_topics), self)
         committer = asyncio.create_task(
             self._committer.loop(self._stop, lambda: self._last_fetched_ms),
             name="waitline-commit-loop")
@@ -202,7 +197,7 @@ class AtLeastOnceEngine:
         while True:
             try:
                 await self._poll_once()
-            except UNREADABLE_ERRORS as exc:  # e.g. a header name that is not UTF-8
+            except UnreadableRecordError as exc:  # e.g. a header name that is not UTF-8
                 await read_past_unreadable(
                     self._consumer, self._watermarks.expected_next,
                     lambda tp, records: self._start_all(partition_key(tp), records),
@@ -264,7 +259,7 @@ class AtLeastOnceEngine:
         for tp, records in batch.items():
             self._start_all(partition_key(tp), records)
 
-    def _start_all(self, key: TopicPartitionKey, records: list[ConsumerRecord[Any, Any]]) -> None:
+    def _start_all(self, key: TopicPartitionKey, records: Sequence[FetchedRecord]) -> None:
         if records and self._watermarks.went_back(key, records[0].offset):
             self._restart_partition(key, records[0].offset)
         generation = self._generation[key]
@@ -390,7 +385,7 @@ class AtLeastOnceEngine:
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
         fatal error), then cancel."""
-        with contextlib.suppress(KafkaError, AssertionError):
+        with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
         if self._tasks and self._fatal is None:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._tasks),

@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer
-
+from dispatcher.kafka.seam import SourceConsumer
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
@@ -58,7 +57,7 @@ Unprepared = dict[TopicPartitionKey, dict[int, UnpreparedRecord]]
 class LagReporter:
     """Reads the engine's bookkeeping (never changes it) and sets the lag gauges."""
 
-    def __init__(self, *, consumer: AIOKafkaConsumer, watermarks: PartitionWatermarks,
+    def __init__(self, *, consumer: SourceConsumer, watermarks: PartitionWatermarks,
                  unprepared: Unprepared, metrics: DispatcherMetrics, stalls: StallTracker,
                  clock: Callable[[], float]) -> None:
         self._consumer = consumer

@@ -1,29 +1,21 @@
-"""Fetching for the engine: fair admission across partitions, reading past a record aiokafka
-cannot parse, the rebalance listener, and stopping (waiting for a stop, cancelling what is left
+"""Fetching for the engine: fair admission across partitions, reading past a record the Kafka
+client cannot parse, and stopping (waiting for a stop, cancelling what is left
 after the drain)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CorruptRecordException, KafkaError
-from aiokafka.structs import ConsumerRecord
-
+from dispatcher.errors import KafkaClientError, UnreadableRecordError
+from dispatcher.kafka.seam import Fetched, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.pod.watermark import PartitionWatermarks, partition_key
 from dispatcher.wire import Failure, SourceRecord
-
-Fetched = dict[TopicPartition, list[ConsumerRecord[Any, Any]]]
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are counted
-UNREADABLE_ERRORS = (UnicodeDecodeError, CorruptRecordException)
-"""What aiokafka raises from `getmany` for a record it cannot parse (a header name that is not
-UTF-8, a corrupt batch): raised again on every poll, since the position stays before it."""
 CAREFUL_WAIT_MS = 1000
 CAREFUL_READ_LIMIT = 100  # per partition and pass
 UNREADABLE = "UnreadableRecordError"
@@ -34,17 +26,18 @@ def unreadable_reference(tp: TopicPartition, offset: int,
     """What the reference DLQ record of an unreadable record names: coordinates only."""
     source = SourceRecord(topic=tp.topic, partition=tp.partition, offset=offset, key=None,
                           value=None, headers=(), timestamp_ms=-1)
-    return source, Failure(UNREADABLE, f"the Kafka client cannot parse this record ({exc!r}); "
+    return source, Failure(UNREADABLE, f"the Kafka client cannot parse this record "
+                                       f"({exc.__cause__ or exc!r}); "
                                        "read it at its coordinates with another client")
 
 
 async def read_past_unreadable(
-    consumer: AIOKafkaConsumer,
+    consumer: SourceConsumer,
     expected_next: Callable[[tuple[str, int]], int | None],
-    start: Callable[[TopicPartition, list[ConsumerRecord[Any, Any]]], None],
+    start: Callable[[TopicPartition, Sequence[FetchedRecord]], None],
     start_unreadable: Callable[[TopicPartition, int], None],
 ) -> None:
-    """aiokafka cannot parse a fetched record: find it, hand it to `start_unreadable` (which
+    """The Kafka client cannot parse a fetched record: find it, hand it to `start_unreadable` (which
     gives it a reference DLQ record) and go on past it. Every partition first goes back to
     where the engine expects it (`expected_next`), so nothing fetched is skipped unseen; the
     records read on the way are handed to `start`. Records sharing the unreadable one's batch
@@ -64,27 +57,27 @@ async def read_past_unreadable(
             consumer.seek(tp, unreadable + 1)
 
 
-async def read_carefully(consumer: AIOKafkaConsumer, tp: TopicPartition,
-                         limit: int) -> tuple[list[ConsumerRecord[Any, Any]], int | None]:
+async def read_carefully(consumer: SourceConsumer, tp: TopicPartition,
+                         limit: int) -> tuple[list[FetchedRecord], int | None]:
     """Read `tp` one record at a time from its position: up to `limit` records, and the offset
     of an unreadable record when one is met (the caller seeks past it).
 
     A failed `getmany` has consumed, but not returned, the records before the unreadable one,
     so the caller first seeks every partition back to where it expects it."""
-    records: list[ConsumerRecord[Any, Any]] = []
+    records: list[FetchedRecord] = []
     while len(records) < limit:
         try:
-            got = await _getmany(consumer, tp, timeout_ms=CAREFUL_WAIT_MS, max_records=1)
-        except UNREADABLE_ERRORS:
+            got = await consumer.getmany(tp, timeout_ms=CAREFUL_WAIT_MS, max_records=1)
+        except UnreadableRecordError:
             position: int = await consumer.position(tp)  # the record after the last one read
             return records, position
         if not got:
             break
-        records.extend(got.get(tp, []))
+        records.extend(got.get(tp, ()))
     return records, None
 
 
-async def fetch_fairly(consumer: AIOKafkaConsumer, free: int, turn: int,
+async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
                        timeout_ms: int) -> Fetched:
     """Up to `free` records, shared across the assigned partitions in turn.
 
@@ -95,30 +88,23 @@ async def fetch_fairly(consumer: AIOKafkaConsumer, free: int, turn: int,
     partition, waiting up to `timeout_ms` when nothing was found."""
     partitions = sorted(consumer.assignment(), key=partition_key)
     if len(partitions) <= 1:
-        return await _getmany(consumer, timeout_ms=timeout_ms, max_records=free)
+        return await consumer.getmany(timeout_ms=timeout_ms, max_records=free)
     first = turn % len(partitions)
     share = -(-free // len(partitions))
-    batch: Fetched = {}
+    batch: dict[TopicPartition, list[FetchedRecord]] = {}
     left = free
     for tp in partitions[first:] + partitions[:first]:
         if left <= 0:
             break
-        for part, records in (await _getmany(consumer, tp, timeout_ms=0,
+        for part, records in (await consumer.getmany(tp, timeout_ms=0,
                                              max_records=min(share, left))).items():
-            batch[part] = records
+            batch[part] = list(records)
             left -= len(records)
     if left > 0:
-        rest = await _getmany(consumer, timeout_ms=0 if batch else timeout_ms, max_records=left)
+        rest = await consumer.getmany(timeout_ms=0 if batch else timeout_ms, max_records=left)
         for part, records in rest.items():
-            batch[part] = batch.get(part, []) + records
+            batch[part] = [*batch.get(part, []), *records]
     return batch
-
-
-async def _getmany(consumer: AIOKafkaConsumer, *partitions: TopicPartition, timeout_ms: int,
-                   max_records: int) -> Fetched:
-    fetched: Fetched = await consumer.getmany(*partitions, timeout_ms=timeout_ms,
-                                              max_records=max_records)
-    return fetched
 
 
 async def cancel_left_over(tasks: set[asyncio.Task[None]]) -> None:
@@ -147,33 +133,14 @@ async def first_set(*events: asyncio.Event) -> None:
             wait.cancel()
 
 
-class RebalanceHandler(Protocol):
-    async def on_revoked(self, revoked: list[TopicPartition]) -> None: ...
-
-    async def on_assigned(self, assigned: list[TopicPartition]) -> None: ...
-
-
-class Rebalances(ConsumerRebalanceListener):  # type: ignore[misc]
-    """aiokafka's rebalance listener, handing the partitions to `handler` as lists."""
-
-    def __init__(self, handler: RebalanceHandler) -> None:
-        self._handler = handler
-
-    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        await self._handler.on_revoked(list(revoked))
-
-    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        await self._handler.on_assigned(list(assigned))
-
-
-async def read_committed(consumer: AIOKafkaConsumer, assigned: list[TopicPartition],
+async def read_committed(consumer: SourceConsumer, assigned: list[TopicPartition],
                          watermarks: PartitionWatermarks) -> None:
     """Tell the watermarks the assigned partitions' committed offsets (only an optimisation
     depends on it: not committing the same offset again, so a failed read is logged)."""
     for tp in assigned:
         try:
             committed = await consumer.committed(tp)
-        except KafkaError as exc:
+        except KafkaClientError as exc:
             log.warning("%s/%d: cannot read its committed offset (%r); going on without it",
                         tp.topic, tp.partition, exc)
             continue

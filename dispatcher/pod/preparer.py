@@ -6,18 +6,19 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dispatcher.errors import RecordTooLargeError
+from dispatcher.kafka.seam import AckedWrites
+from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.calls import CallSlots
-from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.lag import AWAITING_CALL_SLOT, UnpreparedRecord
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.settings import TopicConfig, WindowConfig
+from dispatcher.pod.settings import WindowConfig
 from dispatcher.wire import OutgoingRecord, SourceRecord, wait_record
 
 
 class Preparer:
     """The wait-topic side of a record's start: its prepare, then its turn for a call slot."""
 
-    def __init__(self, writer: AckedWriter, topics: TopicConfig, window: WindowConfig,
+    def __init__(self, writer: AckedWrites, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics, calls: CallSlots) -> None:
         self._writer = writer
         self._topics = topics

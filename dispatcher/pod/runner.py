@@ -16,6 +16,16 @@ from typing import Protocol
 from dispatcher.flow.rate import RateLimit
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
+from dispatcher.kafka.clients import (
+    AckedWriter,
+    KafkaSource,
+    make_consumer,
+    make_producer,
+    producer_batch_bytes,
+    stop_quietly,
+)
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
 from dispatcher.pod.circuit import Circuit
@@ -28,23 +38,9 @@ from dispatcher.pod.counterparty import (
     observe_all,
 )
 from dispatcher.pod.engine import AtLeastOnceEngine
-from dispatcher.pod.kafka_io import (
-    AckedWriter,
-    make_consumer,
-    make_producer,
-    producer_batch_bytes,
-    stop_quietly,
-)
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
-from dispatcher.pod.settings import (
-    DispatchSettings,
-    KafkaConfig,
-    Mode,
-    TopicConfig,
-    WindowConfig,
-)
+from dispatcher.pod.settings import DispatchSettings, Mode, WindowConfig
 from dispatcher.pod.throttle import RateLimitedCounterparty
-from dispatcher.pod.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +119,12 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
                                       settings.rate(), observer) as counterparty:
             writer = AckedWriter(producer, topic_limits=limits)
             engine: Engine
+            source = KafkaSource(consumer)
             if window.mode is Mode.BATCH:
-                engine = BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
+                engine = BatchEngine(consumer=source, writer=writer, counterparty=counterparty,
                                      topics=topics, window=window, metrics=metrics)
             else:
-                engine = AtLeastOnceEngine(consumer=consumer, writer=writer,
+                engine = AtLeastOnceEngine(consumer=source, writer=writer,
                                            counterparty=counterparty, topics=topics,
                                            window=window, metrics=metrics, circuit=circuit,
                                            adaptive=adaptive)

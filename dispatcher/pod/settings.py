@@ -9,7 +9,6 @@ pydantic-settings); the engine takes the grouped, frozen views it builds once: `
 from __future__ import annotations
 
 import enum
-import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -32,11 +31,12 @@ from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
 from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
-MAX_RECORD_BYTES = 8 * 1024 * 1024
 MAX_CONCURRENCY = 100_000
 MAX_WORKERS = 64
 
@@ -57,53 +57,6 @@ class EventLoop(enum.StrEnum):
 class LogFormat(enum.StrEnum):
     CONSOLE = "console"
     JSON = "json"
-
-
-@dataclass(frozen=True)
-class KafkaConfig:
-    """How to reach the cluster; security settings pass through to aiokafka unchanged."""
-
-    bootstrap_servers: str
-    client_id: str
-    security_protocol: str
-    sasl_mechanism: str | None
-    sasl_plain_username: str | None
-    sasl_plain_password: SecretStr | None
-    ssl_cafile: str | None
-    ssl_certfile: str | None
-    ssl_keyfile: str | None
-    metadata_max_age_s: float = 300.0
-
-    def client_options(self) -> dict[str, Any]:
-        """Keyword arguments common to aiokafka's consumer, producer and admin client."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers,
-            "client_id": self.client_id,
-            "security_protocol": self.security_protocol,
-            "metadata_max_age_ms": round(self.metadata_max_age_s * 1000),
-        }
-        if self.sasl_mechanism:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_plain_username
-            if self.sasl_plain_password is not None:
-                options["sasl_plain_password"] = self.sasl_plain_password.get_secret_value()
-        if self.security_protocol in ("SSL", "SASL_SSL"):
-            context = ssl.create_default_context(cafile=self.ssl_cafile)
-            if self.ssl_certfile:
-                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-            options["ssl_context"] = context
-        return options
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    input_topics: tuple[str, ...]
-    group: str
-    wait_topic: str
-    dlq_topic: str
-    result_topic: str | None
-    create_missing: bool
-    delete_retention_s: float
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import logging
 
-from aiokafka.structs import ConsumerRecord
-
 from dispatcher.errors import RecordTooLargeError
-from dispatcher.pod.kafka_io import AckedWriter
+from dispatcher.kafka.seam import AckedWrites, FetchedRecord
+from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.outcome import CallOutcome, ResultValue
-from dispatcher.pod.settings import TopicConfig
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
@@ -36,7 +34,7 @@ RECORD_TOO_LARGE = "RecordTooLargeError"
 SUCCESS = "success"
 
 
-def source_record(record: ConsumerRecord[bytes, bytes]) -> SourceRecord:
+def source_record(record: FetchedRecord) -> SourceRecord:
     """The wire module's view of a consumed record."""
     return SourceRecord(
         topic=record.topic, partition=record.partition, offset=record.offset,
@@ -67,7 +65,7 @@ def result_record(source: SourceRecord, wait_id: str,
 class OutcomeWriter:
     """Makes a call's outcome durable before the caller moves on (acknowledged writes)."""
 
-    def __init__(self, writer: AckedWriter, topics: TopicConfig,
+    def __init__(self, writer: AckedWrites, topics: TopicConfig,
                  metrics: DispatcherMetrics) -> None:
         self._writer = writer
         self._topics = topics

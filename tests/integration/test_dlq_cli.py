@@ -27,7 +27,7 @@ from dispatcher.dlq.plan import ReplayRequest
 from dispatcher.dlq.replay import ReplayOutcome, execute_replay
 from dispatcher.dlq.session import KafkaSession, QuietObserver
 from dispatcher.errors import ProduceError
-from dispatcher.pod.settings import KafkaConfig
+from dispatcher.kafka.config import KafkaConfig
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from dispatch_helpers import (
 )
 
 from dispatcher.errors import TopicSetupError
-from dispatcher.pod.kafka_io import PARTITION_FETCH_BYTES
+from dispatcher.kafka.clients import PARTITION_FETCH_BYTES
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.settle import source_record
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC, wait_id_for

@@ -30,8 +30,8 @@ from dispatch_helpers import (
     wait_until,
 )
 
+from dispatcher.kafka.clients import AckedWriter
 from dispatcher.pod import runner
-from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.pod.runner import run_pod
 from dispatcher.wire import OutgoingRecord, SourceRecord
 

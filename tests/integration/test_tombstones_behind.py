@@ -17,8 +17,8 @@ from dispatch_helpers import (
     wait_until,
 )
 
+from dispatcher.kafka.clients import AckedWriter
 from dispatcher.pod.calls import prepared_ahead
-from dispatcher.pod.kafka_io import AckedWriter
 from dispatcher.wire import OutgoingRecord
 from loadtest.generator import produce
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.pod.kafka_io import PRODUCER_BATCH_BYTES, producer_batch_bytes
+from dispatcher.kafka.clients import PRODUCER_BATCH_BYTES, producer_batch_bytes
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.pod.settings import MAX_RECORD_BYTES, TopicConfig
-from dispatcher.pod.topics import DLQ_RETENTION_MS, TopicPlan, plan_topics
+from dispatcher.kafka.config import MAX_RECORD_BYTES
+from dispatcher.kafka.topics import DLQ_RETENTION_MS, TopicConfig, TopicPlan, plan_topics
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from dispatcher.errors import TopicSetupError
-from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig, TopicConfig
+from dispatcher.kafka.config import MAX_RECORD_BYTES, KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,17 @@ UNKNOWN_TOPIC = 3
 DLQ_RETENTION_MS = 30 * 86_400_000
 MAX_MESSAGE_BYTES = "max.message.bytes"
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's own default, if a topic reports none
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    input_topics: tuple[str, ...]
+    group: str
+    wait_topic: str
+    dlq_topic: str
+    result_topic: str | None
+    create_missing: bool
+    delete_retention_s: float
 
 
 @dataclass(frozen=True)

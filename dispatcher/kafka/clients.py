@@ -1,4 +1,5 @@
-"""The Kafka seam for the dispatcher: acknowledged writes with retries, and client factories.
+"""The Kafka seam on aiokafka: the consumer behind `SourceConsumer` (`KafkaSource`), acknowledged
+writes with retries behind `AckedWrites` (`AckedWriter`), and the client factories.
 
 `AckedWriter.write` returns only once the broker has acknowledged the record (acks=all,
 idempotent producer). Retriable broker errors are retried with capped exponential backoff for as
@@ -18,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import TopicPartition as ClientPartition
 from aiokafka.errors import (
+    CorruptRecordException,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
@@ -32,8 +35,14 @@ from aiokafka.errors import RecordTooLargeError as ClientRecordTooLargeError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
-from dispatcher.errors import ProduceError, RecordTooLargeError
-from dispatcher.pod.settings import MAX_RECORD_BYTES, KafkaConfig
+from dispatcher.errors import (
+    KafkaClientError,
+    ProduceError,
+    RecordTooLargeError,
+    UnreadableRecordError,
+)
+from dispatcher.kafka.config import MAX_RECORD_BYTES, KafkaConfig
+from dispatcher.kafka.seam import Fetched, RebalanceHandler, TopicPartition
 from dispatcher.wire import OutgoingRecord
 
 log = logging.getLogger(__name__)
@@ -207,3 +216,89 @@ async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer,
                     "without it", type(client).__name__, timeout_s)
     except (KafkaError, OSError) as exc:
         log.warning("stopping %s failed: %r", type(client).__name__, exc)
+
+
+_UNREADABLE = (UnicodeDecodeError, CorruptRecordException)
+"""What aiokafka raises from `getmany` for a record it cannot parse (a header name that is not
+UTF-8, a corrupt batch): raised again on every poll, since the position stays before it."""
+
+
+def _client_partition(tp: TopicPartition) -> ClientPartition:
+    return tp if type(tp) is ClientPartition else ClientPartition(tp.topic, tp.partition)
+
+
+class KafkaSource:
+    """The seam's `SourceConsumer` on an aiokafka consumer (which the caller starts and stops).
+
+    aiokafka's partitions are named tuples equal to the seam's, so what it returns is passed on
+    as it is; only what goes in is converted, and its errors are translated at this edge."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    def subscribe(self, topics: Sequence[str], handler: RebalanceHandler | None = None) -> None:
+        self._consumer.subscribe(list(topics),
+                                 listener=None if handler is None else _Listener(handler))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._consumer.assignment())
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._consumer.paused())
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        try:
+            self._consumer.pause(*map(_client_partition, partitions))
+        except KafkaError as exc:  # e.g. a partition no longer assigned
+            raise KafkaClientError(f"cannot pause: {exc!r}") from exc
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._consumer.resume(*map(_client_partition, partitions))
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        try:
+            fetched: Fetched = await self._consumer.getmany(
+                *map(_client_partition, partitions), timeout_ms=timeout_ms,
+                max_records=max_records)
+        except _UNREADABLE as exc:
+            raise UnreadableRecordError(repr(exc)) from exc
+        return fetched
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._consumer.seek(_client_partition(partition), offset)
+
+    async def position(self, partition: TopicPartition) -> int:
+        position: int = await self._consumer.position(_client_partition(partition))
+        return position
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        try:
+            committed: int | None = await self._consumer.committed(_client_partition(partition))
+        except KafkaError as exc:
+            raise KafkaClientError(f"cannot read the committed offset: {exc!r}") from exc
+        return committed
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        try:
+            await self._consumer.commit({_client_partition(tp): offset
+                                         for tp, offset in offsets.items()})
+        except KafkaError as exc:
+            raise KafkaClientError(f"offset commit failed: {exc!r}") from exc
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        highwater: int | None = self._consumer.highwater(_client_partition(partition))
+        return highwater
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """aiokafka's rebalance listener, handing the partitions to the seam's handler as lists."""
+
+    def __init__(self, handler: RebalanceHandler) -> None:
+        self._handler = handler
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self._handler.on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self._handler.on_assigned(list(assigned))
