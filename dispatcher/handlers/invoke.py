@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from dispatcher.clock import monotonic_s
 from dispatcher.flow.breaker import CallResult
 from dispatcher.handlers.loader import Handler
 from dispatcher.handlers.record import HandlerResult, Record, Retryable
@@ -114,7 +114,7 @@ class HandlerCounterparty:
         policy: RetryPolicy,
         *,
         sleep: Sleep = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic_s,
         observer: AttemptObserver = ignore_attempt,
     ) -> None:
         self._handler = handler

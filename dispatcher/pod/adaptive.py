@@ -8,9 +8,9 @@ window, its latency floor and its changes in metrics, and logs each decrease for
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
+from dispatcher.clock import monotonic_s
 from dispatcher.flow.adaptive import AdaptiveConfig, AdaptiveLimit
 from dispatcher.flow.breaker import CallResult
 from dispatcher.pod.metrics import DispatcherMetrics
@@ -26,7 +26,7 @@ class AdaptiveWindow:
     """One pod's window under `--concurrency auto`."""
 
     def __init__(self, config: AdaptiveConfig, metrics: DispatcherMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = monotonic_s) -> None:
         self._limit = AdaptiveLimit(config)
         self._metrics = metrics
         self._clock = clock

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import KafkaClientError
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
@@ -59,13 +59,13 @@ class BatchEngine:
             self._metrics.fetched.inc(len(records))
             self._in_flight = len(records)
             self._metrics.in_flight.set(len(records))
-            started = time.monotonic()
+            started = monotonic_s()
             await asyncio.gather(*(self._process(r) for r in records))
             self._in_flight = 0
             self._metrics.in_flight.set(0)
             await self._commit({TopicPartition(tp.topic, tp.partition): rs[-1].offset + 1
                                 for tp, rs in batch.items()})
-            elapsed = time.monotonic() - started
+            elapsed = monotonic_s() - started
             for _ in records:
                 self._metrics.record_duration.observe(elapsed)
 

@@ -14,9 +14,9 @@ the counterparty always fails cannot keep the circuit from closing.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
+from dispatcher.clock import monotonic_s
 from dispatcher.flow.breaker import (
     BreakerConfig,
     CallResult,
@@ -34,7 +34,7 @@ class Circuit:
     """One pod's circuit breaker in front of its counterparty."""
 
     def __init__(self, config: BreakerConfig, metrics: DispatcherMetrics,
-                 clock: Callable[[], float] = time.monotonic, deadline_s: float = 60.0) -> None:
+                 clock: Callable[[], float] = monotonic_s, deadline_s: float = 60.0) -> None:
         self._clock = clock
         self._metrics = metrics
         self._breaker = CircuitBreaker(config, clock(), self._transitioned, horizon_s=deadline_s)

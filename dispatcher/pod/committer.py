@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import KafkaClientError
 from dispatcher.kafka.seam import SourceConsumer, TopicPartition
 from dispatcher.pod.lag import LagReporter
@@ -61,7 +61,7 @@ class Committer:
                 log.warning("offset commit failed, will retry: %r", exc)
                 return
             self._metrics.commits.labels("ok").inc()
-            now = time.monotonic()
+            now = monotonic_s()
             for key, offset in due.items():
                 self._watermarks.mark_committed(key, offset)
                 self._lag.committed(key, now)

@@ -19,7 +19,6 @@ import logging
 import math
 import ssl as ssl_module
 import string
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Protocol, Self
 import aiohttp
 from yarl import URL
 
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import ConfigError
 from dispatcher.flow.breaker import CallResult
 from dispatcher.pod.outcome import (
@@ -81,7 +81,7 @@ class CallRequest:
 
 AttemptObserver = Callable[[CallResult, float], None]
 """Told when each attempt ends, retries included: what it showed about the counterparty's health,
-and when it started (`time.monotonic()`). The circuit breaker and the adaptive window listen."""
+and when it started (`monotonic_s()`). The circuit breaker and the adaptive window listen."""
 
 
 def ignore_attempt(result: CallResult, started_at: float) -> None:
@@ -91,14 +91,14 @@ def ignore_attempt(result: CallResult, started_at: float) -> None:
 async def call_settling_bugs(counterparty: Counterparty, request: CallRequest) -> CallOutcome:
     """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost outcome
     (the record is prepared: it must still end with a DLQ record and a tombstone)."""
-    started = time.monotonic()
+    started = monotonic_s()
     try:
         return await counterparty.call(request)
     except Exception as exc:  # any client failure must still settle the record
         log.exception("counterparty client failed unexpectedly for wait id %s", request.wait_id)
         failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())
         return CallOutcome(ok=False, status=None, attempts=1,
-                           elapsed_s=time.monotonic() - started, failure=failure)
+                           elapsed_s=monotonic_s() - started, failure=failure)
 
 
 def observe_all(observers: list[AttemptObserver]) -> AttemptObserver:
@@ -262,7 +262,7 @@ class HttpCounterparty:
         attempts = 0
         last_answered: Attempt | None = None
         waiting_for_answer = False
-        started = attempt_started = time.monotonic()
+        started = attempt_started = monotonic_s()
         deadline = asyncio.timeout(self.settings.deadline_s)
         try:
             async with deadline:
@@ -276,16 +276,16 @@ class HttpCounterparty:
                         return final_outcome(
                             last_answered,
                             attempts=attempts,
-                            elapsed_s=time.monotonic() - started,
+                            elapsed_s=monotonic_s() - started,
                         )
                     await asyncio.sleep(
                         self._policy.pause_s(
                             attempts,
                             retry_after_s=last_answered.retry_after_s,
-                            elapsed_s=time.monotonic() - started,
+                            elapsed_s=monotonic_s() - started,
                         )
                     )
-                    attempt_started = time.monotonic()
+                    attempt_started = monotonic_s()
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -294,7 +294,7 @@ class HttpCounterparty:
             return deadline_outcome(
                 last_answered,
                 attempts=attempts,
-                elapsed_s=time.monotonic() - started,
+                elapsed_s=monotonic_s() - started,
                 deadline_s=self.settings.deadline_s,
                 waiting_for_answer=waiting_for_answer,
             )

@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
@@ -108,7 +109,9 @@ class AtLeastOnceEngine:
         self._watermarks = PartitionWatermarks()
         self._unprepared: Unprepared = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Record tasks in the order they started (a dict: a set's order would differ run to run,
+        # and the simulator replays a seed exactly).
+        self._tasks: dict[asyncio.Task[None], None] = {}
         # Outcome durable, tombstone being written: no window slot held (DESIGN.md, step 4).
         self._closing: set[asyncio.Task[Any]] = set()
         self._closing_bound = tombstones_behind(window.concurrency)
@@ -119,7 +122,7 @@ class AtLeastOnceEngine:
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
-        self._prepares = Preparer(writer, topics, window, metrics, self._calls)
+        self._prepares = Preparer(writer, topics, window, metrics, self._calls, clock=clock)
         self._caller = Caller(counterparty, self._calls, self._prepares, metrics, circuit)
         self._last_fetched_ms: int | None = None
         self._joined = False
@@ -207,7 +210,7 @@ class AtLeastOnceEngine:
         key = partition_key(tp)
         self._watermarks.track(key, offset)
         pending = UnpreparedRecord(self._generation[key], int(self._clock() * 1000),
-                                   time.monotonic(), reason="the DLQ record of an unreadable one")
+                                   monotonic_s(), reason="the DLQ record of an unreadable one")
         self._unprepared[key][offset] = pending
         source, failure = unreadable_reference(tp, offset, error)
         self._spawn(self._reference(source, failure, pending), f"{tp.topic}/{tp.partition}@"
@@ -263,7 +266,7 @@ class AtLeastOnceEngine:
         if records and self._watermarks.went_back(key, records[0].offset):
             self._restart_partition(key, records[0].offset)
         generation = self._generation[key]
-        now = time.monotonic()
+        now = monotonic_s()
         for record in records:
             self._watermarks.track(key, record.offset)
             pending = UnpreparedRecord(generation, record.timestamp, now)
@@ -280,7 +283,7 @@ class AtLeastOnceEngine:
     def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
         # Named by its record's coordinates, so the shutdown log can say what stayed open.
         task = asyncio.create_task(work, name=coordinates)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._finished)
 
     def _free_slot_before_tombstone(self) -> None:
@@ -300,7 +303,7 @@ class AtLeastOnceEngine:
         self._generation[key] += 1
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         self._closing.discard(task)
         self._slot_freed.set()
         self._metrics.in_flight.set(self.in_flight)
@@ -338,7 +341,7 @@ class AtLeastOnceEngine:
             wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
             outcome, prepare = await self._caller.call(source, wait_id, called, wait_partition)
             await self._outcomes.settle(source, wait_id, outcome)
-            self._metrics.record_duration.observe(time.monotonic() - pending.fetched_at)
+            self._metrics.record_duration.observe(monotonic_s() - pending.fetched_at)
             self._free_slot_before_tombstone()
             await self._writer.write(self._topics.wait_topic, tombstone_of(prepare), wait_partition)
         except ProduceError as exc:
@@ -390,6 +393,6 @@ class AtLeastOnceEngine:
         if self._tasks and self._fatal is None:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._tasks),
                      self._window.drain_grace_s)
-            await asyncio.wait(set(self._tasks), timeout=self._window.drain_grace_s)
+            await asyncio.wait(list(self._tasks), timeout=self._window.drain_grace_s)
         await self._committer.commit()
         await cancel_left_over(self._tasks)

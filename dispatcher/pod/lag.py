@@ -4,10 +4,10 @@ record holding back the commit (stuck-record visibility), set once per commit in
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dispatcher.clock import monotonic_s
 from dispatcher.kafka.seam import SourceConsumer
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.signals import DoneSignal
@@ -94,7 +94,7 @@ class LagReporter:
         self._update_stalls()
 
     def _update_stalls(self) -> None:
-        now = time.monotonic()
+        now = monotonic_s()
         due = self._watermarks.commits_due()
         stalls = []
         for tp in self._consumer.assignment():

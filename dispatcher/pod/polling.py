@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from dispatcher.errors import KafkaClientError, UnreadableRecordError
 from dispatcher.kafka.seam import Fetched, FetchedRecord, SourceConsumer, TopicPartition
@@ -107,7 +107,7 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
     return batch
 
 
-async def cancel_left_over(tasks: set[asyncio.Task[None]]) -> None:
+async def cancel_left_over(tasks: Collection[asyncio.Task[None]]) -> None:
     """Cancel the record tasks still running after the drain grace, naming them in a warning
     (each task is named by its record's coordinates)."""
     if not tasks:

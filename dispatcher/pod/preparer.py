@@ -3,7 +3,8 @@ prepared ahead, for a call slot (DESIGN.md "The window")."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from dispatcher.errors import RecordTooLargeError
 from dispatcher.kafka.seam import AckedWrites
@@ -19,12 +20,14 @@ class Preparer:
     """The wait-topic side of a record's start: its prepare, then its turn for a call slot."""
 
     def __init__(self, writer: AckedWrites, topics: TopicConfig, window: WindowConfig,
-                 metrics: DispatcherMetrics, calls: CallSlots) -> None:
+                 metrics: DispatcherMetrics, calls: CallSlots, *,
+                 clock: Callable[[], float]) -> None:
         self._writer = writer
         self._topics = topics
         self._window = window
         self._metrics = metrics
         self._calls = calls
+        self._clock = clock  # wall seconds: the expiration is a time of day
 
     async def prepare(self, source: SourceRecord,
                       pending: UnpreparedRecord) -> tuple[OutgoingRecord, int] | None:
@@ -68,5 +71,5 @@ class Preparer:
                 return prepare
 
     def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
-        expires_at = datetime.now(UTC) + timedelta(seconds=self._window.wait_expiration_s)
+        expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)
         return wait_record(source, self._topics.group, expires_at)

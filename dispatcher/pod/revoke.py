@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 
 from dispatcher.pod.lag import Unprepared, UnpreparedRecord
 from dispatcher.pod.turns import Turns
@@ -68,7 +69,7 @@ def _give_up(keys: list[TopicPartitionKey], turns: Turns | None,
                 len(uncalled))
 
 
-async def calls_finished(tasks: set[asyncio.Task[None]], keys: list[TopicPartitionKey],
+async def calls_finished(tasks: Iterable[asyncio.Task[None]], keys: list[TopicPartitionKey],
                          wait_s: float) -> None:
     """Wait (at most `wait_s`) for the record tasks of revoked partitions `keys` to end; their
     tasks are named by their records' coordinates."""

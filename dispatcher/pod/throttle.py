@@ -10,8 +10,8 @@ only when they carry similar traffic).
 from __future__ import annotations
 
 import asyncio
-import time
 
+from dispatcher.clock import monotonic_s
 from dispatcher.flow.rate import RateLimit, TokenBucket
 from dispatcher.pod.counterparty import CallRequest, Counterparty
 from dispatcher.pod.outcome import CallOutcome
@@ -22,7 +22,7 @@ class RateLimitedCounterparty:
 
     def __init__(self, inner: Counterparty, limit: RateLimit) -> None:
         self._inner = inner
-        self._bucket = TokenBucket(limit, time.monotonic())
+        self._bucket = TokenBucket(limit, monotonic_s())
         self._turn = asyncio.Lock()
 
     async def call(self, request: CallRequest) -> CallOutcome:
@@ -32,7 +32,7 @@ class RateLimitedCounterparty:
 
     async def _token(self) -> None:
         """Wait until the bucket gives a token (a timed wait: nothing else frees one)."""
-        wait_s = self._bucket.delay_s(time.monotonic())
+        wait_s = self._bucket.delay_s(monotonic_s())
         while wait_s > 0:
             await asyncio.sleep(wait_s)
-            wait_s = self._bucket.delay_s(time.monotonic())
+            wait_s = self._bucket.delay_s(monotonic_s())
