@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit lint demo bench chaos up down status clean
+.PHONY: setup test test-unit simulate lint demo bench chaos up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -14,6 +14,13 @@ test: setup
 
 test-unit: setup
 	$(VENV)/pytest -m unit
+
+# The engine on the simulated Kafka over SEEDS seeds (from FIRST); stops at the first seed that
+# breaks an invariant and prints the command that replays it.
+SEEDS ?= 5000
+FIRST ?= 0
+simulate: setup
+	$(VENV)/python tests/simulation/sweep.py --seeds $(SEEDS) --first $(FIRST)
 
 lint: setup
 	$(VENV)/ruff check .

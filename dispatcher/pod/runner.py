@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -25,6 +26,7 @@ from dispatcher.kafka.clients import (
     stop_quietly,
 )
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.seam import AckedWrites, SourceConsumer
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
@@ -91,7 +93,8 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
     window = settings.window()
     # Both validate before any I/O: the URL, or the handler's module and shape.
     handler = load_handler(settings.handler) if settings.handler else None
-    counterparty_settings = None if handler else settings.counterparty()
+    if handler is None:
+        settings.counterparty()  # the URL is checked before any I/O
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _stopper(stop, signum))
@@ -114,20 +117,9 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
     try:
         await producer.start()
         await consumer.start()
-        circuit, adaptive, observer = _flow_control(settings, window, metrics)
-        async with _open_counterparty(handler, counterparty_settings, settings.deadline,
-                                      settings.rate(), observer) as counterparty:
-            writer = AckedWriter(producer, topic_limits=limits)
-            engine: Engine
-            source = KafkaSource(consumer)
-            if window.mode is Mode.BATCH:
-                engine = BatchEngine(consumer=source, writer=writer, counterparty=counterparty,
-                                     topics=topics, window=window, metrics=metrics)
-            else:
-                engine = AtLeastOnceEngine(consumer=source, writer=writer,
-                                           counterparty=counterparty, topics=topics,
-                                           window=window, metrics=metrics, circuit=circuit,
-                                           adaptive=adaptive)
+        async with open_engine(settings, consumer=KafkaSource(consumer),
+                               writer=AckedWriter(producer, topic_limits=limits),
+                               topics=topics, metrics=metrics, handler=handler) as engine:
             obs = settings.observability()
             if obs.metrics_port is not None:
                 details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
@@ -144,6 +136,28 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         await stop_quietly(producer)
         _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+@contextlib.asynccontextmanager
+async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, writer: AckedWrites,
+                      topics: TopicConfig, metrics: DispatcherMetrics,
+                      handler: LoadedHandler | None,
+                      clock: Callable[[], float] = time.time) -> AsyncIterator[Engine]:
+    """The engine `settings` ask for on Kafka's seam (`consumer`, `writer`), with its flow
+    control and its counterparty (the handler, or the built-in HTTP client) open for the block.
+    The pod runs it on aiokafka; the simulator (tests/simulation) on its in-memory Kafka."""
+    window = settings.window()
+    circuit, adaptive, observer = _flow_control(settings, window, metrics)
+    http = None if handler else settings.counterparty()
+    async with _open_counterparty(handler, http, settings.deadline, settings.rate(),
+                                  observer) as counterparty:
+        if window.mode is Mode.BATCH:
+            yield BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
+                              topics=topics, window=window, metrics=metrics)
+        else:
+            yield AtLeastOnceEngine(consumer=consumer, writer=writer, counterparty=counterparty,
+                                    topics=topics, window=window, metrics=metrics,
+                                    circuit=circuit, adaptive=adaptive, clock=clock)
 
 
 def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: DispatcherMetrics,

@@ -1,0 +1,332 @@
+"""An in-memory Kafka behind the engine's seam (`dispatcher.kafka.seam`), on the virtual clock.
+
+Topics are lists of partition logs; a consumer group has members, generations, an eager
+rebalance (every member's revoke awaited, then the partitions dealt out again in member order)
+and committed offsets. `SimConsumer` and `SimWriter` implement `SourceConsumer` and
+`AckedWrites` for one pod; the seed's random generator decides their latencies and failures.
+A killed pod's clients stop answering (every call waits forever): nothing it does after its
+death reaches the cluster, as with kill -9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dispatcher.errors import KafkaClientError, ProduceError, RecordTooLargeError
+from dispatcher.kafka.seam import Fetched, FetchedRecord, RebalanceHandler, TopicPartition
+from dispatcher.wire import OutgoingRecord
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimRecord:
+    """A record in a partition log (a `FetchedRecord`), with the pod that wrote it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    timestamp: int
+    written_by: str = ""
+    written_at: float = 0.0
+
+
+@dataclass
+class CommitEntry:
+    at: float
+    member: str
+    partition: TopicPartition
+    offset: int
+
+
+@dataclass
+class Member:
+    """A group member: its consumer, and what the group last gave it."""
+
+    consumer: SimConsumer
+    assignment: set[TopicPartition] = field(default_factory=set)
+    revoking: set[TopicPartition] = field(default_factory=set)
+
+
+@dataclass
+class RevokeEntry:
+    member: str
+    started: float
+    ended: float
+
+
+class SimCluster:
+    """Topics, one consumer group, and the log of everything that happened to them."""
+
+    def __init__(self, rng: random.Random, group: str, rebalance_timeout_s: float) -> None:
+        self.rng = rng
+        self.group = group
+        self.rebalance_timeout_s = rebalance_timeout_s
+        self.logs: dict[str, list[list[SimRecord]]] = {}
+        self.limits: dict[str, int] = {}
+        self.members: dict[str, Member] = {}
+        self.generation = 0
+        self.committed: dict[TopicPartition, int] = {}
+        self.commits: list[CommitEntry] = []
+        self.revokes: list[RevokeEntry] = []
+        self.kicked: list[str] = []
+        self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
+        self.data_arrived = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()
+        self.commit_failure_rate = 0.0
+
+    @property
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def create_topic(self, name: str, partitions: int, max_bytes: int = 1_048_588) -> None:
+        self.logs[name] = [[] for _ in range(partitions)]
+        self.limits[name] = max_bytes
+
+    def partitions(self, topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p) for p in range(len(self.logs[topic]))]
+
+    def append(self, topic: str, partition: int, written: OutgoingRecord,
+               written_by: str = "") -> SimRecord:
+        log = self.logs[topic][partition]
+        record = SimRecord(topic, partition, len(log), written.key, written.value,
+                           tuple(written.headers), int(self.now * 1000), written_by, self.now)
+        log.append(record)
+        self.data_arrived.set()
+        return record
+
+    def records(self, topic: str) -> list[SimRecord]:
+        return [r for log in self.logs[topic] for r in log]
+
+    # --- the group ---
+
+    def join(self, consumer: SimConsumer) -> None:
+        self.members[consumer.member_id] = Member(consumer)
+
+    def leave(self, member_id: str) -> None:
+        self.members.pop(member_id, None)
+
+    async def rebalance(self, topics: Sequence[str]) -> None:
+        """An eager rebalance: every member's revoke (kicked if it outlasts the rebalance
+        timeout), a new generation, the partitions dealt out, every member's assignment."""
+        async with self._rebalance_lock:
+            members = list(self.members.items())
+            revokes = [asyncio.ensure_future(self._revoke(member_id, member))
+                       for member_id, member in members]
+            if revokes:
+                _done, late = await asyncio.wait(revokes, timeout=self.rebalance_timeout_s)
+                for (member_id, member), revoke in zip(members, revokes, strict=True):
+                    if revoke in late:  # kicked out of the group: its revoke goes on alone
+                        self.kicked.append(member_id)
+                        self.members.pop(member_id, None)
+                        member.revoking = set()
+                        member.assignment = set()
+            self.generation += 1
+            live = list(self.members.items())
+            every = [tp for topic in topics for tp in self.partitions(topic)]
+            for _member_id, member in live:
+                member.assignment = set()
+            for index, tp in enumerate(every):
+                if live:
+                    live[index % len(live)][1].assignment.add(tp)
+            for _member_id, member in live:
+                member.consumer.assigned(member.assignment)
+            await asyncio.gather(*(member.consumer.tell_assigned()
+                                   for _member_id, member in live))
+
+    async def _revoke(self, member_id: str, member: Member) -> None:
+        started = self.now
+        member.revoking = set(member.assignment)
+        await member.consumer.tell_revoked(sorted(member.assignment))
+        member.assignment = set()
+        member.revoking = set()
+        self.revokes.append(RevokeEntry(member_id, started, self.now))
+
+    def commit(self, member_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        member = self.members.get(member_id)
+        owned = set() if member is None else member.assignment | member.revoking
+        lost = [tp for tp in offsets if tp not in owned]
+        if lost:
+            raise KafkaClientError(f"CommitFailedError: {member_id} does not own {lost} in "
+                                   f"generation {self.generation}")
+        if self.rng.random() < self.commit_failure_rate:
+            raise KafkaClientError("RequestTimedOutError (injected)")
+        for tp, offset in offsets.items():
+            self.committed[TopicPartition(*tp)] = offset
+            self.commits.append(CommitEntry(self.now, member_id, TopicPartition(*tp), offset))
+
+
+async def _forever() -> None:
+    await asyncio.get_running_loop().create_future()
+
+
+class SimConsumer:
+    """One pod's group member: the seam's `SourceConsumer` on the cluster."""
+
+    def __init__(self, cluster: SimCluster, member_id: str, max_poll_records: int) -> None:
+        self._cluster = cluster
+        self.member_id = member_id
+        self._max_poll = max_poll_records
+        self._handler: RebalanceHandler | None = None
+        self._assignment: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self._positions: dict[TopicPartition, int] = {}
+        self._rebalancing = False
+        self.dead = False
+
+    # what the group tells it
+
+    async def tell_revoked(self, revoked: list[TopicPartition]) -> None:
+        self._rebalancing = True
+        if self._handler is not None and not self.dead:
+            await self._handler.on_revoked(revoked)
+        self._assignment = set()
+        self._paused = set()
+
+    def assigned(self, assignment: set[TopicPartition]) -> None:
+        self._assignment = set(assignment)
+        self._paused &= self._assignment
+        for tp in assignment:
+            self._positions[tp] = self._cluster.committed.get(tp, 0)
+
+    async def tell_assigned(self) -> None:
+        if self._handler is not None and not self.dead:
+            await self._handler.on_assigned(sorted(self._assignment))
+        self._rebalancing = False
+
+    # the seam
+
+    def subscribe(self, topics: Sequence[str], handler: RebalanceHandler | None = None) -> None:
+        self._handler = handler
+        self._cluster.join(self)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            if tp not in self._assignment:
+                raise KafkaClientError(f"cannot pause {tp}: not assigned")
+        self._paused.update(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._paused.difference_update(partitions)
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        if self.dead:
+            await _forever()
+        limit = min(max_records or self._max_poll, self._max_poll)
+        fetched = self._take(partitions, limit)
+        if not fetched and timeout_ms > 0:
+            self._cluster.data_arrived.clear()
+            try:
+                async with asyncio.timeout(timeout_ms / 1000):
+                    await self._cluster.data_arrived.wait()
+            except TimeoutError:
+                pass
+            if self.dead:
+                await _forever()
+            fetched = self._take(partitions, limit)
+        return fetched
+
+    def _take(self, partitions: Sequence[TopicPartition], limit: int) -> Fetched:
+        if self._rebalancing:
+            return {}
+        chosen = [TopicPartition(*tp) for tp in partitions] if partitions else sorted(
+            self._assignment - self._paused)
+        fetched: dict[TopicPartition, list[FetchedRecord]] = {}
+        for tp in chosen:  # like aiokafka: one partition's buffer before the next
+            if limit <= 0:
+                break
+            if tp not in self._assignment:
+                continue
+            log = self._cluster.logs[tp.topic][tp.partition]
+            position = self._positions.get(tp, 0)
+            records = log[position:position + limit]
+            if records:
+                fetched[tp] = list(records)
+                self._positions[tp] = position + len(records)
+                limit -= len(records)
+        return fetched
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._positions[TopicPartition(*partition)] = offset
+
+    async def position(self, partition: TopicPartition) -> int:
+        if self.dead:
+            await _forever()
+        return self._positions.get(TopicPartition(*partition), 0)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        if self.dead:
+            await _forever()
+        return self._cluster.committed.get(TopicPartition(*partition))
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
+        if self.dead:
+            await _forever()
+        self._cluster.commit(self.member_id, offsets)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return len(self._cluster.logs[partition.topic][partition.partition])
+
+
+@dataclass
+class WriteFaults:
+    """How the acknowledged writes of one pod misbehave."""
+
+    latency_s: tuple[float, float] = (0.001, 0.01)
+    slow_rate: float = 0.0  # a write that waits `slow_s` (a broker away, retried inside)
+    slow_s: float = 2.0
+    fatal_at: float | None = None  # from then on every write fails for good (ProduceError)
+
+
+class SimWriter:
+    """One pod's acknowledged writes: the seam's `AckedWrites` on the cluster."""
+
+    def __init__(self, cluster: SimCluster, pod: str, faults: WriteFaults,
+                 alive: Callable[[], bool]) -> None:
+        self._cluster = cluster
+        self._pod = pod
+        self._faults = faults
+        self._alive = alive
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        size = len(record.key or b"") + len(record.value or b"") + sum(
+            len(n) + len(v or b"") for n, v in record.headers)
+        if size > self._cluster.limits[topic]:
+            raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s limit")
+        rng = self._cluster.rng
+        delay = rng.uniform(*self._faults.latency_s)
+        if rng.random() < self._faults.slow_rate:
+            delay += self._faults.slow_s
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
+            self._cluster.cancelled_writes.append((self._pod, topic, record))
+            raise
+        if not self._alive():
+            await _forever()
+        fatal_at = self._faults.fatal_at
+        if fatal_at is not None and self._cluster.now >= fatal_at:
+            raise ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
+                               "(injected)")
+        count = len(self._cluster.logs[topic])
+        if partition is None:
+            partition = (zlib.crc32(record.key) % count if record.key is not None
+                         else rng.randrange(count))
+        self._cluster.append(topic, partition, record, written_by=self._pod)
+        return partition

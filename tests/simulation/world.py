@@ -1,0 +1,508 @@
+"""One simulated run: a seed draws the flags, the input, the handler's behaviour and the faults;
+the real engine (`dispatcher.pod.runner.open_engine`) runs in one to three pods on the in-memory
+Kafka under a virtual clock; the oracle (`oracle.py`) judges what happened.
+
+Everything that varies is drawn from `random.Random(seed)` (the engine's own retry jitter from
+the global generator, seeded too), and the loop's clock only moves when every task waits, so a
+seed replays the same interleaving, the same calls and the same verdict:
+
+    .venv/bin/python tests/simulation/sweep.py --seed 1234 -v
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import looptime
+from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
+
+from dispatcher.handlers.loader import LoadedHandler
+from dispatcher.handlers.record import Record, Retryable
+from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.runner import open_engine
+from dispatcher.pod.settings import DispatchSettings, load_settings
+from dispatcher.wire import (
+    Failure,
+    OutgoingRecord,
+    dlq_record,
+    parse_wait_record,
+    wait_tombstone,
+)
+
+EPOCH_S = 1_767_225_600.0  # 2026-01-01: the wall clock is EPOCH_S + the loop's clock
+GROUP = "sim"
+INPUT = "orders"
+EXPIRED = "ExpiredRecordException"
+RESULT_LIMIT_BYTES = 4096
+
+
+@dataclass
+class Scenario:
+    """What a seed decided."""
+
+    seed: int
+    flags: dict[str, Any]
+    partitions: int
+    records: int
+    keys: int
+    produce_over_s: float
+    null_rate: float
+    large_rate: float
+    behaviour: dict[str, float]  # handler outcome → weight
+    outage: tuple[float, float] | None
+    events: list[tuple[float, str]]
+    commit_failure_rate: float
+    write_faults: WriteFaults
+    clock_jump_s: float
+    sweep_every_s: float
+
+    def describe(self) -> str:
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(self.flags.items()))
+        events = ", ".join(f"{what}@{at:.1f}s" for at, what in self.events)
+        return (f"seed {self.seed}: {self.records} records, {self.partitions} partitions, "
+                f"{self.keys} keys; {flags}; events: {events or 'none'}; outage "
+                f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; fatal write "
+                f"at {self.write_faults.fatal_at}")
+
+
+def draw(seed: int) -> Scenario:
+    """The scenario of `seed`: flags, input and faults."""
+    rng = random.Random(seed)
+    deadline = rng.choice([0.5, 1.0, 3.0])
+    commit_interval = rng.choice([0.2, 0.5, 1.0])
+    flags: dict[str, Any] = {
+        "concurrency": rng.choice([1, 2, 3, 5, 8, 16, "auto"]),
+        "ordering": rng.choice(["unordered", "unordered", "key", "partition"]),
+        "deadline": deadline,
+        "commit_interval": commit_interval,
+        "rebalance_timeout": max(2.0, 2 * commit_interval, rng.choice([2.0, 5.0, 4 * deadline])),
+        "drain_grace": rng.choice([0.3, 2.0, 30.0]),
+        "wait_expiration": rng.choice([deadline * 4 + 10, 600.0, 3600.0]),
+        "circuit_breaker": rng.choice(["off", "off", "on",
+                                       "failure-rate=50%,window=2s,min-calls=4,open=1s"]),
+        "loop_lag_target": 0,
+    }
+    if flags["concurrency"] == "auto":
+        flags["min_concurrency"] = 1
+        flags["max_concurrency"] = rng.choice([4, 16, 40])
+    if rng.random() < 0.3:
+        flags["rate_limit"] = rng.choice(["2/s", "10/s", "50/s"])
+    records = rng.randint(10, 80)
+    behaviour = {"ok": 10.0, "slow": rng.choice([0, 0.5, 2]), "error": rng.choice([0, 1]),
+                 "retryable": rng.choice([0, 1, 3]), "cancelled": rng.choice([0, 0, 0.5]),
+                 "huge": rng.choice([0, 0, 0.5]), "hang": rng.choice([0, 0, 0.3])}
+    run_s = rng.choice([3.0, 10.0, 30.0])
+    outage = None
+    if rng.random() < 0.25:
+        start = rng.uniform(0, run_s)
+        outage = (start, start + rng.uniform(0.5, 3 * deadline + 1))
+    events: list[tuple[float, str]] = []
+    for _ in range(rng.choice([0, 1, 2, 3, 5])):
+        events.append((rng.uniform(0.05, run_s), rng.choice(
+            ["rebalance", "rebalance", "join", "leave", "sigterm", "kill", "clock_jump"])))
+    events.sort()
+    faults = WriteFaults(latency_s=(0.0005, rng.choice([0.002, 0.02, 0.2])),
+                         slow_rate=rng.choice([0.0, 0.0, 0.05]), slow_s=rng.choice([0.5, 3.0]))
+    if rng.random() < 0.04:
+        faults.fatal_at = rng.uniform(0.1, run_s)
+    return Scenario(
+        seed=seed, flags=flags, partitions=rng.randint(1, 3), records=records,
+        keys=rng.choice([1, 2, 5, 50]), produce_over_s=rng.choice([0.0, run_s / 2]),
+        null_rate=rng.choice([0.0, 0.0, 0.05]), large_rate=rng.choice([0.0, 0.0, 0.05]),
+        behaviour=behaviour, outage=outage, events=events,
+        commit_failure_rate=rng.choice([0.0, 0.0, 0.1, 0.4]), write_faults=faults,
+        clock_jump_s=rng.choice([60.0, 3600.0]), sweep_every_s=rng.choice([0.5, 5.0]))
+
+
+def quiet(flags: dict[str, Any] | None = None, **fields: Any) -> Scenario:
+    """A scenario with no fault at all, then `flags` and `fields` on top: the start of a
+    hand-written case (a defect's failing-first test)."""
+    base: dict[str, Any] = {"concurrency": 5, "ordering": "unordered", "deadline": 1.0,
+                            "commit_interval": 0.5, "rebalance_timeout": 4.0,
+                            "drain_grace": 30.0, "wait_expiration": 600.0,
+                            "circuit_breaker": "off", "loop_lag_target": 0}
+    scenario = Scenario(
+        seed=0, flags={**base, **(flags or {})}, partitions=1, records=20, keys=5,
+        produce_over_s=0.0, null_rate=0.0, large_rate=0.0, behaviour={"ok": 1.0}, outage=None,
+        events=[], commit_failure_rate=0.0, write_faults=WriteFaults(), clock_jump_s=0.0,
+        sweep_every_s=1.0)
+    for name, value in fields.items():
+        setattr(scenario, name, value)
+    return scenario
+
+
+@dataclass
+class Call:
+    """One call of a record (a handler invocation and its retries), as the counterparty saw it."""
+
+    pod: str
+    wait_id: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    started: float
+    generation: int = 0  # the group's generation when it started
+    ended: float | None = None
+    outcome: str = ""
+
+
+@dataclass
+class PodRun:
+    """One incarnation of a pod: its clients, its stop signal, its task and how it ended."""
+
+    name: str
+    consumer: SimConsumer
+    stop: asyncio.Event
+    task: asyncio.Task[None] | None = None
+    alive: bool = True
+    killed_at: float | None = None
+    stopped_at: float | None = None
+    error: BaseException | None = None
+    window: int = 0
+    metrics: DispatcherMetrics = field(default_factory=DispatcherMetrics)
+
+
+@dataclass
+class RunLog:
+    """What the oracle reads."""
+
+    scenario: Scenario
+    cluster: SimCluster
+    settings: DispatchSettings
+    topics: TopicConfig
+    calls: list[Call] = field(default_factory=list)
+    pods: list[PodRun] = field(default_factory=list)
+    swept: dict[str, float] = field(default_factory=dict)  # wait id → when the sweep sent it
+    warnings: list[str] = field(default_factory=list)
+    finished: bool = False
+    fatal_injected: bool = False
+    end_s: float = 0.0
+
+
+class _Warnings(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self._into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._into.append(record.getMessage())
+
+
+class World:
+    """The run of one scenario."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed * 7919 + 1)
+        flags = dict(scenario.flags)
+        settings = load_settings(input_topic=INPUT, group=GROUP, handler="sim:handle",
+                                 result_topic=f"{GROUP}.result", create_topics=False,
+                                 **{k: str(v) for k, v in flags.items()})
+        self.settings = settings
+        self.topics = settings.topics(local_stack=False)
+        self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout)
+        self.cluster.commit_failure_rate = scenario.commit_failure_rate
+        self.log = RunLog(scenario, self.cluster, settings, self.topics)
+        self._pod_clock_offset_s = 0.0
+        self._sweep_ahead_s = 0.0  # moved at the end only: what stays open expires
+        self._incarnations = 0
+        self._live: dict[str, PodRun] = {}
+
+    # --- clocks ---
+
+    @property
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def wall(self) -> float:
+        """The true time of day: the sweep's (the reconciliation job's) clock."""
+        return EPOCH_S + self.now + self._sweep_ahead_s
+
+    def pod_wall(self) -> float:
+        """The pods' time of day, which a clock jump (NTP stepping the host's clock) moves."""
+        return self.wall() + self._pod_clock_offset_s
+
+    # --- the counterparty ---
+
+    def _handler_for(self, pod: PodRun) -> Callable[[Record], Any]:
+        calls: dict[int, Call] = {}
+        behaviour = self.scenario.behaviour
+        names, weights = list(behaviour), list(behaviour.values())
+        deadline = self.settings.deadline
+
+        async def handle(record: Record) -> bytes | None:
+            if not pod.alive:
+                await asyncio.get_running_loop().create_future()
+            call = calls.get(id(record))
+            if call is None:  # a new call (the same Record object comes back for each retry)
+                call = calls[id(record)] = Call(pod.name, record.wait_id, record.topic,
+                                                record.partition, record.offset, record.key,
+                                                self.now, self.cluster.generation)
+                self.log.calls.append(call)
+                call.record = record  # type: ignore[attr-defined]  # keeps its id unique
+            try:
+                outcome = await self._behave(self.rng.choices(names, weights)[0], deadline, call)
+            except asyncio.CancelledError:
+                call.ended = self.now
+                call.outcome = call.outcome or "cancelled"  # by the engine, unless it raised
+                raise
+            except BaseException as exc:
+                call.ended, call.outcome = self.now, type(exc).__name__
+                raise
+            call.ended, call.outcome = self.now, "ok"
+            return outcome
+
+        return handle
+
+    async def _behave(self, what: str, deadline: float, call: Call) -> bytes | None:
+        outage = self.scenario.outage
+        if outage is not None and outage[0] <= self.now < outage[1]:
+            if self.rng.random() < 0.5:
+                raise Retryable("outage (simulated)")
+            await asyncio.sleep(deadline * 2)
+        await asyncio.sleep(self.rng.uniform(0.001, deadline / 4))
+        if what == "slow":
+            await asyncio.sleep(deadline * self.rng.uniform(0.5, 1.5))
+        elif what == "hang":
+            await asyncio.sleep(deadline * 100)
+        elif what == "error":
+            raise ValueError("the counterparty said no (simulated)")
+        elif what == "retryable":
+            raise Retryable("try again (simulated)", delay_s=self.rng.choice([None, 0.05]))
+        elif what == "cancelled":
+            call.outcome = "raised CancelledError"  # the handler's own, escaping it
+            raise asyncio.CancelledError
+        elif what == "huge":
+            return b"x" * (RESULT_LIMIT_BYTES + 1)
+        return b'{"ok": true}'
+
+    # --- pods ---
+
+    async def start_pod(self, name: str) -> PodRun:
+        self._incarnations += 1
+        member = f"{name}#{self._incarnations}"
+        consumer = SimConsumer(self.cluster, member, self.settings.window_size)
+        pod = PodRun(member, consumer, asyncio.Event(), window=self.settings.window_size)
+        writer = SimWriter(self.cluster, member, self._faults_for(), lambda: pod.alive)
+        handler = LoadedHandler("sim:handle", self._handler_for(pod))
+        pod.task = asyncio.create_task(self._run_pod(pod, consumer, writer, handler),
+                                       name=f"pod {member}")
+        self.log.pods.append(pod)
+        self._live[name] = pod
+        await asyncio.sleep(0)  # it subscribes
+        await self.cluster.rebalance([INPUT])
+        return pod
+
+    def _faults_for(self) -> WriteFaults:
+        faults = self.scenario.write_faults
+        return WriteFaults(faults.latency_s, faults.slow_rate, faults.slow_s, faults.fatal_at)
+
+    async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: SimWriter,
+                       handler: LoadedHandler) -> None:
+        try:
+            async with open_engine(self.settings, consumer=consumer, writer=writer,
+                                   topics=self.topics, metrics=pod.metrics, handler=handler,
+                                   clock=self.pod_wall) as engine:
+                await engine.run(pod.stop)
+        except asyncio.CancelledError:
+            if pod.alive:
+                raise
+        except Exception as exc:  # judged by the oracle
+            pod.error = exc
+        finally:
+            pod.stopped_at = self.now
+            self.cluster.leave(consumer.member_id)
+
+    async def sigterm(self, name: str) -> None:
+        pod = self._live.pop(name, None)
+        if pod is None or pod.task is None:
+            return
+        pod.stop.set()
+        await asyncio.wait([pod.task])
+        if self._live:
+            await self.cluster.rebalance([INPUT])
+
+    async def kill(self, name: str) -> None:
+        pod = self._live.pop(name, None)
+        if pod is None or pod.task is None:
+            return
+        pod.alive = False
+        pod.killed_at = self.now
+        pod.consumer.dead = True
+        for call in self.log.calls:  # the dead pod's calls end with it
+            if call.pod == pod.name and call.ended is None:
+                call.ended, call.outcome = self.now, "killed"
+        while not pod.task.done():
+            pod.task.cancel()
+            await asyncio.wait([pod.task], timeout=1.0)
+        await asyncio.sleep(self.rng.uniform(0.1, 3.0))  # the group notices (session timeout)
+        self.cluster.leave(pod.consumer.member_id)
+        if self._live:
+            await self.cluster.rebalance([INPUT])
+
+    # --- the input, the sweep, the faults ---
+
+    async def produce(self) -> None:
+        scenario = self.scenario
+        gap = scenario.produce_over_s / max(1, scenario.records)
+        for index in range(scenario.records):
+            roll = self.rng.random()
+            value: bytes | None = f'{{"order": {index}}}'.encode()
+            if roll < scenario.null_rate:
+                value = None
+            elif roll < scenario.null_rate + scenario.large_rate:
+                value = b"v" * (self.cluster.limits[self.topics.wait_topic] + 10)
+            key = f"k{self.rng.randrange(scenario.keys)}".encode()
+            partition = self.rng.randrange(scenario.partitions)
+            self.cluster.append(INPUT, partition,
+                                OutgoingRecord(key, value, (("n", str(index).encode()),)))
+            if gap:
+                await asyncio.sleep(gap)
+
+    async def sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scenario.sweep_every_s)
+            self.sweep()
+
+    def sweep(self) -> None:
+        """The reconciliation job's expiry, as DESIGN.md gives it: an open wait past its
+        expiration gets a DLQ record (ExpiredRecordException), then a tombstone."""
+        now = datetime.fromtimestamp(self.wall(), UTC)
+        for entry in self.open_waits().values():
+            if entry.expires_at <= now:
+                failure = Failure(EXPIRED, "expired (simulated sweep)")
+                dlq = dlq_record(entry.source, GROUP, failure, wait_id=entry.wait_id)
+                self.cluster.append(self.topics.dlq_topic, 0, dlq, written_by="sweep")
+                tomb = wait_tombstone(entry.source, GROUP, entry.expires_at,
+                                      wait_id=entry.wait_id)
+                self.cluster.append(self.topics.wait_topic, 0, tomb, written_by="sweep")
+                self.log.swept[str(entry.wait_id)] = self.now
+
+    def open_waits(self) -> dict[bytes, Any]:
+        latest: dict[bytes, Any] = {}
+        for record in self.cluster.records(self.topics.wait_topic):
+            entry = parse_wait_record(record.key, record.value, record.headers)
+            if entry.is_tombstone:
+                latest.pop(record.key or b"", None)
+            else:
+                latest[record.key or b""] = entry
+        return latest
+
+    async def event(self, what: str) -> None:
+        names = sorted(self._live)
+        if what == "rebalance" and names:
+            await self.cluster.rebalance([INPUT])
+        elif what == "join" and len(names) < 3:
+            await self.start_pod(next(n for n in "abc" if n not in self._live))
+        elif what in ("leave", "sigterm") and names:
+            await self.sigterm(self.rng.choice(names) if what == "sigterm" else names[-1])
+        elif what == "kill" and names:
+            await self.kill(self.rng.choice(names))
+        elif what == "clock_jump":
+            self._pod_clock_offset_s += self.scenario.clock_jump_s
+        if not self._live:  # an orchestrator starts a pod again
+            await asyncio.sleep(self.rng.uniform(0.1, 2.0))
+            await self.start_pod("a")
+
+    # --- the run ---
+
+    async def run(self) -> RunLog:
+        scenario = self.scenario
+        cluster = self.cluster
+        cluster.create_topic(INPUT, scenario.partitions)
+        cluster.create_topic(self.topics.wait_topic, 2, max_bytes=64 * 1024)
+        cluster.create_topic(self.topics.dlq_topic, 1, max_bytes=256 * 1024)
+        cluster.create_topic(f"{GROUP}.result", 1, max_bytes=RESULT_LIMIT_BYTES)
+        self.log.fatal_injected = scenario.write_faults.fatal_at is not None
+        producer = asyncio.create_task(self.produce(), name="producer")
+        sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
+        try:
+            await self.start_pod("a")
+            started = self.now
+            for at, what in scenario.events:
+                await asyncio.sleep(max(0.0, started + at - self.now))
+                await self.event(what)
+                if self.log.fatal_injected and any(p.error for p in self.log.pods):
+                    break
+            await producer
+            self.log.finished = await self._until_all_committed(limit_s=self._budget_s())
+            for name in sorted(self._live):
+                await self.sigterm(name)
+        finally:
+            producer.cancel()
+            sweeper.cancel()
+            for pod in self.log.pods:
+                if pod.task is not None and not pod.task.done():
+                    pod.alive = False
+                    pod.consumer.dead = True
+                    while not pod.task.done():
+                        pod.task.cancel()
+                        await asyncio.wait([pod.task], timeout=1.0)
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+        self._sweep_ahead_s += self.settings.wait_expiration + self._pod_clock_offset_s + 1
+        self.sweep()  # what stays open expires
+        self.log.end_s = self.now
+        return self.log
+
+    def _budget_s(self) -> float:
+        rate = self.settings.rate()
+        by_rate = 0.0 if rate is None else self.scenario.records / rate.per_s
+        return 120.0 + by_rate * 3 + self.scenario.records * self.settings.deadline
+
+    async def _until_all_committed(self, limit_s: float) -> bool:
+        ends = {tp: len(self.cluster.logs[tp.topic][tp.partition])
+                for tp in self.cluster.partitions(INPUT)}
+        give_up = self.now + limit_s
+        while self.now < give_up:
+            if all(self.cluster.committed.get(tp, 0) >= end for tp, end in ends.items()):
+                return True
+            if any(p.error is not None for p in self.log.pods) and not self._live_running():
+                return False
+            if not self._live_running():
+                await self.start_pod("a")
+            await asyncio.sleep(0.5)
+        return False
+
+    def _live_running(self) -> bool:
+        return any(p.task is not None and not p.task.done() for p in self._live.values())
+
+
+def simulate(seed_or_scenario: int | Scenario) -> RunLog:
+    """Run a seed's scenario (or a hand-written one) on a fresh virtual-clock loop."""
+    scenario = (draw(seed_or_scenario) if isinstance(seed_or_scenario, int)
+                else seed_or_scenario)
+    random.seed(scenario.seed)  # the engine's own retry jitter
+    loop = looptime.new_event_loop(noop_cycles=0)
+    logger = logging.getLogger("dispatcher")
+    world = World(scenario)
+    catcher = _Warnings(world.log.warnings)
+    logger.addHandler(catcher)
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)  # the oracle reads the engine's warnings
+    try:
+        return loop.run_until_complete(world.run())
+    finally:
+        logger.removeHandler(catcher)
+        _close(loop)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Close `loop`, first cancelling what a killed pod left waiting forever."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
