@@ -12,7 +12,9 @@ deadline, and turns the end into an outcome:
 - any other exception → a failure with the exception's class name and message (the DLQ's
   `Exception` / `ExceptionMessage`) and its stack trace.
 
-`asyncio.CancelledError` (shutdown) propagates, as the `Counterparty` contract says.
+`asyncio.CancelledError` propagates when the call's task is being cancelled (a stop, a drain's
+end), as the `Counterparty` contract says; a CancelledError the handler raises on its own is a
+failure like any other exception.
 """
 
 from __future__ import annotations
@@ -180,12 +182,20 @@ class HandlerCounterparty:
             if running:  # the handler's own timeout
                 self._observe(CallResult.TIMEOUT, attempt_started)
             return self._failed(exc, attempts, started)
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():
+                raise  # the pod stops or drops the record: not the handler's doing
+            # The handler's own CancelledError (a client it cancelled, a task it awaited) is
+            # its failure: the record goes to the DLQ now, not as expired an hour later.
+            if running:
+                self._observe(CallResult.FAST_FAILURE, attempt_started)
+            return self._failed(exc, attempts, started)
         except Exception as exc:  # noqa: BLE001 - whatever the handler raises goes to the DLQ
             if running:
                 self._observe(_health_of_error(exc), attempt_started)
             return self._failed(exc, attempts, started)
 
-    def _failed(self, exc: Exception, attempts: int, started: float) -> CallOutcome:
+    def _failed(self, exc: BaseException, attempts: int, started: float) -> CallOutcome:
         failure = Failure(
             exception=type(exc).__name__,
             message=str(exc),
@@ -195,6 +205,13 @@ class HandlerCounterparty:
             ok=False, status=None, attempts=attempts, elapsed_s=self._clock() - started,
             failure=failure, result=None,
         )
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task has been asked to stop (`Task.cancel`), as opposed to a
+    CancelledError that merely came up from the code it awaited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _health_of_error(exc: Exception) -> CallResult:
