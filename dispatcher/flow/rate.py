@@ -1,17 +1,28 @@
-"""Rate limit for calls: `--rate-limit 500/s`, `30/min` or `500/s:burst=50`, per pod.
+"""Rate limit for calls: `--rate-limit 500/s`, `30/min` or `500/s:burst=50`, per pod (a pod of
+`--workers K` gives each worker its share).
 
 `TokenBucket` is the generic cell rate algorithm (GCRA), the token bucket kept as one number:
 the theoretical arrival time `tat` of the next call at the steady rate. A call is admitted at
 `now` when `now >= tat - (burst - 1) * interval`, which admits at most `rate * T + burst` calls in
 any span of T seconds and never lets unused time pile up more than `burst` tokens.
+
+`RateGate` is the bucket as the engine runs it: a record takes its token after its call slot and
+BEFORE its call starts, that is before its offset becomes committable (DESIGN.md), so a record a
+stop or a revoke cuts off while it waits is left uncommitted to the next owner, and a long wait
+writes its wait record again instead of letting it expire. Waiters are served in arrival order
+(one lock, FIFO in asyncio). The limit counts calls, not the retries inside a call's deadline
+(those are paced by the retry backoff).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import ConfigError
 
 _PER_UNIT_S = {
@@ -101,3 +112,31 @@ class TokenBucket:
         if spare_s < 0:
             return 0
         return min(self.limit.burst, int(spare_s / self._interval_s) + 1)
+
+
+RECHECK_S = 0.5  # a waiter looks this often whether it was given up (a stop, a revoke)
+
+
+class RateGate:
+    """Calls start at most at `limit`; `token` waits for the next one in arrival order."""
+
+    def __init__(self, limit: RateLimit) -> None:
+        self._bucket = TokenBucket(limit, monotonic_s())
+        self._turn = asyncio.Lock()
+
+    async def token(self, timeout_s: float | None = None,
+                    given_up: Callable[[], bool] = lambda: False) -> bool:
+        """Take a token; False (none taken) when `timeout_s` passes or `given_up()` turns true
+        first (looked at every RECHECK_S)."""
+        give_up_at = None if timeout_s is None else monotonic_s() + timeout_s
+        async with self._turn:
+            while (wait_s := self._bucket.delay_s(monotonic_s())) > 0:
+                if given_up():
+                    return False
+                if give_up_at is not None:
+                    left = give_up_at - monotonic_s()
+                    if left <= 0:
+                        return False
+                    wait_s = min(wait_s, left)
+                await asyncio.sleep(min(wait_s, RECHECK_S))
+            return True

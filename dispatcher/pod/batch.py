@@ -12,6 +12,7 @@ import logging
 
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import KafkaClientError
+from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
@@ -30,7 +31,7 @@ class BatchEngine:
 
     def __init__(self, *, consumer: SourceConsumer, writer: AckedWrites,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
-                 metrics: DispatcherMetrics) -> None:
+                 metrics: DispatcherMetrics, rate: RateGate | None = None) -> None:
         self._consumer = consumer
         self._outcomes = OutcomeWriter(writer, topics, metrics)
         self._counterparty = counterparty
@@ -38,6 +39,7 @@ class BatchEngine:
         self._window = window
         self._metrics = metrics
         self._in_flight = 0
+        self._rate = rate
         metrics.window.set(window.concurrency)
 
     @property
@@ -73,6 +75,8 @@ class BatchEngine:
         if source.value is None:
             await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
             return
+        if self._rate is not None:
+            await self._rate.token()
         wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
                                   source.offset))
         outcome = await call_settling_bugs(self._counterparty, CallRequest(

@@ -33,6 +33,7 @@ from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
+from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.adaptive import AdaptiveWindow
@@ -96,7 +97,8 @@ class AtLeastOnceEngine:
     def __init__(self, *, consumer: SourceConsumer, writer: AckedWrites,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics, clock: Callable[[], float] = time.time,
-                 circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None) -> None:
+                 circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None,
+                 rate: RateGate | None = None) -> None:
         self._consumer = consumer
         self._circuit = circuit
         self._adaptive = adaptive
@@ -122,7 +124,9 @@ class AtLeastOnceEngine:
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
-        self._prepares = Preparer(writer, topics, window, metrics, self._calls, clock=clock)
+        self._draining = False  # a stop came: see `_left_at_stop`
+        self._prepares = Preparer(writer, topics, window, metrics, self._calls, clock=clock,
+                                  rate=rate, left_at_stop=self._left_at_stop)
         self._caller = Caller(counterparty, self._calls, self._prepares, metrics, circuit)
         self._last_fetched_ms: int | None = None
         self._joined = False
@@ -324,6 +328,8 @@ class AtLeastOnceEngine:
                 pending.reason = "its turn behind an earlier record of its key or partition"
                 await turn.wait()
                 pending.reason = AWAITING_PREPARE
+            if self._left_at_stop(source):  # not prepared: uncommitted, the next owner's
+                return
             prepared = None if pending.abandoned else await self._prepares.prepare(source, pending)
             if pending.abandoned:  # never marked prepared: the next owner calls it
                 log.info("%s/%d@%d: its partition was revoked before it could start; the "
@@ -334,7 +340,8 @@ class AtLeastOnceEngine:
                 self._mark_prepared(key, source.offset, pending)
                 return
             called = await self._prepares.take_call_slot(source, *prepared, pending)
-            if called is None:  # revoked while it waited: uncommitted, the next owner calls it
+            if called is None:  # revoked or stopping while it waited: uncommitted, the next
+                # owner calls it
                 return
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
             wait_partition = prepared[1]
@@ -354,6 +361,16 @@ class AtLeastOnceEngine:
             pending.left_the_line(ended=True)
             if self._turns is not None:
                 self._turns.release((source.topic, source.partition, source.offset))
+
+    def _left_at_stop(self, source: SourceRecord) -> bool:
+        """Whether a stop leaves `source` uncalled: once draining, a record above its
+        partition's highest called one is not called (the next owner calls it); one below it
+        (a hole the watermark waits for) still is, within the grace, as a revoke does, so the
+        commit covers the records called above it and nothing is called twice."""
+        if not self._draining:
+            return False
+        highest = self._watermarks.highest_prepared((source.topic, source.partition))
+        return highest is None or source.offset > highest
 
     def _mark_prepared(self, key: TopicPartitionKey, offset: int,
                        pending: UnpreparedRecord) -> None:
@@ -388,6 +405,7 @@ class AtLeastOnceEngine:
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
         fatal error), then cancel."""
+        self._draining = True
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
         if self._tasks and self._fatal is None:

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 AWAITING_PREPARE = "its wait record to be acknowledged"  # what a fetched record waits for
 AWAITING_CALL_SLOT = "a call slot (prepared ahead; an open circuit holds it)"
+AWAITING_TOKEN = "a --rate-limit token (its call slot taken)"
 
 
 @dataclass(slots=True)

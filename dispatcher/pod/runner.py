@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from dispatcher.flow.rate import RateLimit
+from dispatcher.flow.rate import RateGate
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.kafka.clients import (
@@ -42,7 +42,6 @@ from dispatcher.pod.counterparty import (
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import DispatchSettings, Mode, WindowConfig
-from dispatcher.pod.throttle import RateLimitedCounterparty
 
 log = logging.getLogger(__name__)
 
@@ -149,15 +148,18 @@ async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, w
     window = settings.window()
     circuit, adaptive, observer = _flow_control(settings, window, metrics)
     http = None if handler else settings.counterparty()
-    async with _open_counterparty(handler, http, settings.deadline, settings.rate(),
+    rate = settings.rate()
+    gate = None if rate is None else RateGate(rate)
+    async with _open_counterparty(handler, http, settings.deadline,
                                   observer) as counterparty:
         if window.mode is Mode.BATCH:
             yield BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
-                              topics=topics, window=window, metrics=metrics)
+                              topics=topics, window=window, metrics=metrics, rate=gate)
         else:
             yield AtLeastOnceEngine(consumer=consumer, writer=writer, counterparty=counterparty,
                                     topics=topics, window=window, metrics=metrics,
-                                    circuit=circuit, adaptive=adaptive, clock=clock)
+                                    circuit=circuit, adaptive=adaptive, rate=gate,
+                                    clock=clock)
 
 
 def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: DispatcherMetrics,
@@ -176,21 +178,15 @@ def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: Dis
 async def _open_counterparty(handler: LoadedHandler | None,
                              http: CounterpartySettings | None,
                              deadline_s: float,
-                             rate_limit: RateLimit | None,
                              observer: AttemptObserver) -> AsyncIterator[Counterparty]:
     """The user's handler (opened once, closed on stop) or the built-in HTTP client."""
     if handler is not None:
         async with handler.open() as opened:
-            yield _limited(HandlerCounterparty(opened, handler_retry_policy(deadline_s),
-                                               observer=observer), rate_limit)
+            yield HandlerCounterparty(opened, handler_retry_policy(deadline_s),
+                                      observer=observer)
     elif http is not None:
         async with HttpCounterparty(http, observer) as client:
-            yield _limited(client, rate_limit)
-
-
-def _limited(counterparty: Counterparty, rate_limit: RateLimit | None) -> Counterparty:
-    return counterparty if rate_limit is None else RateLimitedCounterparty(counterparty,
-                                                                           rate_limit)
+            yield client
 
 
 def _remove_handlers(loop: asyncio.AbstractEventLoop) -> None:

@@ -231,7 +231,7 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
     twice = [wid for wid, cs in calls.items() if len(cs) - len(sessions[wid]) > len(sessions[wid])]
     out = [f"wait {wid} called {len(calls[wid])} times in {len(sessions[wid])} ownerships"
            for wid in twice]
-    unclean = [w for w in log.warnings if w.startswith(NOT_CLEAN)]
+    unclean = [w for w in log.warnings if any(sign in w for sign in NOT_CLEAN)]
     kills = [p for p in log.pods if p.killed_at is not None]
     if not kills and not unclean and not log.fatal_injected and repeats:
         again = [wid for wid, s in sessions.items() if len(s) > 1][:5]
