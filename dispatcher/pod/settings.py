@@ -256,6 +256,14 @@ class DispatchSettings(KafkaClientSettings):
         return int(text)
 
     @model_validator(mode="after")
+    def _workers_fit_the_window(self) -> DispatchSettings:
+        if self.workers > self.window_size:
+            flag = "--max-concurrency" if self.concurrency == "auto" else "--concurrency"
+            raise ValueError(f"--workers ({self.workers}) exceeds the window ({flag} "
+                             f"{self.window_size}): each worker needs a call slot of its own")
+        return self
+
+    @model_validator(mode="after")
     def _valid_adaptive_bounds(self) -> DispatchSettings:
         if self.concurrency == "auto":
             if self.mode is Mode.BATCH:

@@ -83,9 +83,9 @@ def shares(total: int, workers: int) -> list[int]:
     return [max(1, base + (1 if index < extra else 0)) for index in range(workers)]
 
 
-def run_workers(settings: DispatchSettings, argv: Sequence[str]) -> int:
-    """`--workers K`: K one-worker pods run with `argv` (this command's arguments), each with
-    its share of the window; the pod's exit code."""
+def worker_flags(settings: DispatchSettings) -> list[list[str]]:
+    """Each worker's own flags: its share of the window and of `--rate-limit` (the pod's
+    limit holds for all its workers together)."""
     count = settings.workers
     if settings.concurrency == "auto":
         flags = [["--min-concurrency", str(low), "--max-concurrency", str(high)]
@@ -93,8 +93,20 @@ def run_workers(settings: DispatchSettings, argv: Sequence[str]) -> int:
                                       shares(settings.max_concurrency, count), strict=True)]
     else:
         flags = [["--concurrency", str(n)] for n in shares(settings.concurrency, count)]
+    rate = settings.rate()
+    if rate is not None:
+        for own, burst in zip(flags, shares(rate.burst, count), strict=True):
+            per_hour = f"{rate.per_s * 3600 / count:.6f}"  # no exponent, whatever the rate
+            own += ["--rate-limit", f"{per_hour}/h:burst={burst}"]
+    return flags
+
+
+def run_workers(settings: DispatchSettings, argv: Sequence[str]) -> int:
+    """`--workers K`: K one-worker pods run with `argv` (this command's arguments), each with
+    its share of the window and of the rate limit; the pod's exit code."""
     obs = settings.observability()
-    return asyncio.run(WorkerPool(argv, flags, obs.metrics_host, obs.metrics_port).run())
+    return asyncio.run(WorkerPool(argv, worker_flags(settings), obs.metrics_host,
+                                  obs.metrics_port).run())
 
 
 class WorkerPool:

@@ -6,7 +6,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.pod.workers import merge_expositions, shares
+from dispatcher.errors import ConfigError
+from dispatcher.flow.rate import parse_rate_limit
+from dispatcher.pod.settings import DispatchSettings, load_settings
+from dispatcher.pod.workers import merge_expositions, shares, worker_flags
 
 pytestmark = pytest.mark.unit
 
@@ -63,3 +66,23 @@ def test_the_window_is_shared_out_evenly_and_every_worker_gets_one_slot() -> Non
     assert shares(5, 2) == [3, 2]
     assert shares(10, 3) == [4, 3, 3]
     assert shares(1, 2) == [1, 1]
+
+
+def _settings(**flags: object) -> DispatchSettings:
+    return load_settings(input_topic="orders", group="g", counterparty_url="http://127.0.0.1:1/",
+                         **flags)
+
+
+def test_each_worker_gets_its_share_of_the_rate_limit() -> None:
+    """`--workers 4 --rate-limit 500/s` sends 500 calls a second in all, not 2,000."""
+    flags = worker_flags(_settings(workers=4, concurrency=100, rate_limit="500/s:burst=20"))
+    limits = [parse_rate_limit(f[f.index("--rate-limit") + 1]) for f in flags]
+    assert sum(limit.per_s for limit in limits) == pytest.approx(500)
+    assert sum(limit.burst for limit in limits) == 20
+
+
+def test_more_workers_than_the_window_is_refused() -> None:
+    """Each worker needs a call slot of its own: `--concurrency 2 --workers 4` would call 4 at
+    once, so it is refused with the two flags named."""
+    with pytest.raises(ConfigError, match=r"--workers \(4\).*--concurrency"):
+        _settings(workers=4, concurrency=2)
