@@ -77,9 +77,10 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                          _WINDOW)] = "1s",
     drain_grace: Annotated[str, _opt("On SIGTERM, how long in-flight records may finish.",
                                      "DRAIN_GRACE", _WINDOW)] = "30s",
-    rebalance_timeout: Annotated[str, _opt("How long the group waits for this pod in a "
-                                           "rebalance; a revoke waits half of it for "
-                                           "prepares.", "REBALANCE_TIMEOUT", _WINDOW)] = "60s",
+    rebalance_timeout: Annotated[str | None, _opt(
+        "How long the group waits for this pod in a rebalance; a revoke waits at most half of "
+        "it (default: 60s; under --ordering, twice --deadline plus 30s).", "REBALANCE_TIMEOUT",
+        _WINDOW)] = None,
     ordering: Annotated[OrderingMode, _opt("unordered; key: one call at a time per key, in offset "
                                            "order; partition: one per partition.", "ORDERING",
                                            _WINDOW)] = OrderingMode.UNORDERED,

@@ -384,11 +384,15 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [partition_key(tp) for tp in revoked]
-        await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns,
-                             self._window.revoke_wait_s)
+        # One budget for the whole revoke, half the rebalance timeout: the rejoin needs the rest.
+        ends_at = monotonic_s() + self._window.revoke_wait_s
+        holes_s = self._window.revoke_wait_s
+        if self._turns is not None:  # a hole whose call starts must be able to finish in time
+            holes_s = max(0.0, holes_s - self._window.deadline_s)
+        await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns, holes_s)
         await self._committer.commit(keys)
         if self._turns is not None:  # the next owner must not call a key while we still do
-            await calls_finished(self._tasks, keys, self._window.revoke_wait_s)
+            await calls_finished(self._tasks, keys, max(0.0, ends_at - monotonic_s()))
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)

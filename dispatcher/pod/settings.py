@@ -38,6 +38,7 @@ from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_CONCURRENCY = 100_000
+DEFAULT_REBALANCE_TIMEOUT_S = 60.0
 MAX_WORKERS = 64
 
 T = TypeVar("T")
@@ -172,7 +173,7 @@ class DispatchSettings(KafkaClientSettings):
     wait_expiration: float = 3600.0
     commit_interval: float = 1.0
     drain_grace: float = 30.0
-    rebalance_timeout: float = 60.0
+    rebalance_timeout: float | None = None  # see `rebalance_timeout_s`
     stall_warning: float = 60.0
     loop_lag_target: float = DEFAULT_TARGET_LAG_S
     rate_limit: str | None = None
@@ -198,7 +199,9 @@ class DispatchSettings(KafkaClientSettings):
     @field_validator("deadline", "wait_expiration", "commit_interval", "drain_grace",
                      "delete_retention", "rebalance_timeout", "stall_warning", mode="before")
     @classmethod
-    def _parse_duration(cls, value: Any) -> float:
+    def _parse_duration(cls, value: Any) -> float | None:
+        if value is None:  # --rebalance-timeout not given: its default depends on --ordering
+            return None
         seconds = _duration(value)
         if seconds <= 0:
             raise ValueError("must be a positive duration")
@@ -236,13 +239,31 @@ class DispatchSettings(KafkaClientSettings):
                 "give --counterparty-url (the built-in HTTP client) or --handler "
                 "package.module:attribute (your own async function)"
             )
-        if self.rebalance_timeout < 2 * self.commit_interval or self.rebalance_timeout < 2:
+        rebalance = self.rebalance_timeout_s
+        if rebalance < 2 * self.commit_interval or rebalance < 2:
             raise ValueError(
-                f"--rebalance-timeout ({self.rebalance_timeout:g} s) must be at least 2 s and "
+                f"--rebalance-timeout ({rebalance:g} s) must be at least 2 s and "
                 f"twice --commit-interval ({self.commit_interval:g} s): a revoke waits half of "
                 "it for prepares, then commits"
             )
+        if self.ordering is not OrderingMode.UNORDERED and rebalance <= 2 * self.deadline:
+            raise ValueError(
+                f"--rebalance-timeout ({rebalance:g} s) must exceed twice --deadline "
+                f"({self.deadline:g} s) under --ordering {self.ordering}: a revoke waits at "
+                "most half of it for the calls in flight, so that the next owner never calls a "
+                "key while this pod still does"
+            )
         return self
+
+    @property
+    def rebalance_timeout_s(self) -> float:
+        """--rebalance-timeout; by default 60 s, or under --ordering twice the deadline and
+        30 s more (a revoke must be able to wait out a call in flight in half of it)."""
+        if self.rebalance_timeout is not None:
+            return self.rebalance_timeout
+        if self.ordering is OrderingMode.UNORDERED:
+            return DEFAULT_REBALANCE_TIMEOUT_S
+        return max(DEFAULT_REBALANCE_TIMEOUT_S, 2 * self.deadline + 30)
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -325,7 +346,7 @@ class DispatchSettings(KafkaClientSettings):
                             wait_expiration_s=self.wait_expiration,
                             commit_interval_s=self.commit_interval,
                             drain_grace_s=self.drain_grace,
-                            rebalance_timeout_s=self.rebalance_timeout,
+                            rebalance_timeout_s=self.rebalance_timeout_s,
                             stall_warning_s=self.stall_warning,
                             ordering=self.ordering, adaptive=self.adaptive(),
                             deadline_s=self.deadline, loop_guard=self.loop_guard())

@@ -302,7 +302,7 @@ def window_bound(log: RunLog) -> list[str]:
 def revokes_leave_half_the_timeout(log: RunLog) -> list[str]:
     """A revoke returns within half the rebalance timeout (and its commit), so the member
     rejoins in time and is never kicked from its group."""
-    limit = log.settings.rebalance_timeout / 2 + 0.5
+    limit = log.settings.rebalance_timeout_s / 2 + 0.5
     out = [f"{r.member}'s revoke took {r.ended - r.started:.2f}s (at most {limit:.2f}s)"
            for r in log.cluster.revokes if r.ended - r.started > limit]
     out += [f"{member} was kicked from its group during a revoke" for member in

@@ -83,7 +83,8 @@ def draw(seed: int) -> Scenario:
         "ordering": rng.choice(["unordered", "unordered", "key", "partition"]),
         "deadline": deadline,
         "commit_interval": commit_interval,
-        "rebalance_timeout": max(2.0, 2 * commit_interval, rng.choice([2.0, 5.0, 4 * deadline])),
+        "rebalance_timeout": max(2.0, 2 * commit_interval, 2 * deadline + 0.5,
+                                 rng.choice([2.0, 5.0, 4 * deadline])),
         "drain_grace": rng.choice([0.3, 2.0, 30.0]),
         "wait_expiration": rng.choice([deadline * 4 + 10, 600.0, 3600.0]),
         "circuit_breaker": rng.choice(["off", "off", "on",
@@ -209,7 +210,7 @@ class World:
                                  **{k: str(v) for k, v in flags.items()})
         self.settings = settings
         self.topics = settings.topics(local_stack=False)
-        self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout)
+        self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout_s)
         self.cluster.commit_failure_rate = scenario.commit_failure_rate
         self.log = RunLog(scenario, self.cluster, settings, self.topics)
         self._pod_clock_offset_s = 0.0

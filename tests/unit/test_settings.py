@@ -264,3 +264,20 @@ def test_the_loop_guard_holds_the_loop_under_25_ms_by_default_and_0_turns_it_off
 def test_a_loop_lag_target_that_is_not_a_duration_names_its_flag(value: str) -> None:
     with pytest.raises(ConfigError, match="--loop-lag-target"):
         settings(loop_lag_target=value)
+
+
+def test_under_ordering_the_rebalance_timeout_defaults_to_outlast_two_deadlines() -> None:
+    """A revoke waits at most half the rebalance timeout for calls in flight; under --ordering
+    that half must hold a whole call, so the default grows with --deadline."""
+    base = {"input_topic": "t", "group": "g", "counterparty_url": "http://127.0.0.1:1/"}
+    assert load_settings(**base).window().rebalance_timeout_s == 60
+    assert load_settings(**base, ordering="key").window().rebalance_timeout_s == 150
+    assert load_settings(**base, ordering="key", deadline="5s").window().rebalance_timeout_s == 60
+
+
+def test_under_ordering_a_rebalance_timeout_within_two_deadlines_is_refused() -> None:
+    base = {"input_topic": "t", "group": "g", "counterparty_url": "http://127.0.0.1:1/"}
+    with pytest.raises(ConfigError, match=r"--rebalance-timeout \(60 s\) must exceed twice "
+                                          r"--deadline \(60 s\) under --ordering key"):
+        load_settings(**base, ordering="key", rebalance_timeout="60s")
+    assert load_settings(**base, rebalance_timeout="60s").window().rebalance_timeout_s == 60
