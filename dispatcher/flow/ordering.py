@@ -125,8 +125,8 @@ class OrderingGate(Generic[RecordId]):
         return dropped
 
     def _lane(self, partition: Hashable, key: bytes | None) -> Hashable:
-        if self.mode is OrderingMode.KEY:
-            return _NO_LANE if key is None else key
+        if self.mode is OrderingMode.KEY:  # DESIGN.md: a key's order within its partition
+            return _NO_LANE if key is None else (partition, key)
         if self.mode is OrderingMode.PARTITION:
             return partition
         return _NO_LANE

@@ -277,7 +277,7 @@ class AtLeastOnceEngine:
             self._unprepared[key][record.offset] = pending
             turn = None
             if self._turns is not None and record.value is not None:
-                turn = self._turns.admit((*key, record.offset), record.key)
+                turn = self._turns.admit((*key, record.offset, generation), record.key)
             self._spawn(self._dispatch(source_record(record), pending, turn),
                         f"{record.topic}/{record.partition}@{record.offset}")
             self._last_fetched_ms = record.timestamp
@@ -360,7 +360,8 @@ class AtLeastOnceEngine:
             pending.done.set()
             pending.left_the_line(ended=True)
             if self._turns is not None:
-                self._turns.release((source.topic, source.partition, source.offset))
+                self._turns.release((source.topic, source.partition, source.offset,
+                                     pending.generation))
 
     def _left_at_stop(self, source: SourceRecord) -> bool:
         """Whether a stop leaves `source` uncalled: once draining, a record above its

@@ -15,7 +15,10 @@ from dispatcher.flow.ordering import OrderingGate, OrderingMode
 from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.watermark import TopicPartitionKey
 
-RecordId = tuple[str, int, int]  # topic, partition, offset
+# topic, partition, offset, and the partition's generation in this pod: a partition given back
+# to the pod is fetched again, maybe while an earlier generation's call of a record still runs
+# (its revoke gave up on it); the record's new admission queues behind that call in its lane.
+RecordId = tuple[str, int, int, int]
 
 
 class Turns:

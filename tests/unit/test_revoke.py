@@ -82,16 +82,16 @@ async def test_a_hole_not_called_within_the_wait_is_abandoned_with_a_warning(
 async def test_under_ordering_holes_keep_their_turn_and_the_rest_are_dropped() -> None:
     watermarks, unprepared, records = partition(called=[0, 2], waiting=[1, 3])
     turns = Turns(OrderingMode.KEY)
-    assert turns.admit(("orders", 0, 0), b"a") is None  # in flight: the lane's head
-    turn_of_1 = turns.admit(("orders", 0, 1), b"a")
-    assert turns.admit(("orders", 0, 2), b"b") is None
-    turn_of_3 = turns.admit(("orders", 0, 3), b"b")
+    assert turns.admit(("orders", 0, 0, 0), b"a") is None  # in flight: the lane's head
+    turn_of_1 = turns.admit(("orders", 0, 1, 0), b"a")
+    assert turns.admit(("orders", 0, 2, 0), b"b") is None
+    turn_of_3 = turns.admit(("orders", 0, 3, 0), b"b")
     assert turn_of_1 is not None and turn_of_3 is not None
     revoke = asyncio.create_task(leave_uncalled([P0], unprepared, watermarks, turns, 5.0))
     await asyncio.sleep(0.05)
     assert turn_of_3.is_set() and records[3].abandoned  # woken to end, uncalled
     assert not turn_of_1.is_set() and not records[1].abandoned
-    turns.release(("orders", 0, 0))
+    turns.release(("orders", 0, 0, 0))
     assert turn_of_1.is_set()  # its turn came: it is called here
     records[1].left_the_line()
     await asyncio.wait_for(revoke, 1.0)
