@@ -194,7 +194,8 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
         if wait_id not in log.swept:
             continue
         for call in calls:
-            if (call.pod in lived_on and call.ended is not None and call.outcome != "cancelled"
+            if (call.pod in lived_on and call.ended is not None
+                    and call.outcome not in ("cancelled", "cut off")
                     and (call.pod, wait_id) not in cut_off):
                 out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
                            f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "

@@ -244,7 +244,9 @@ class World:
             if not pod.alive:
                 await asyncio.get_running_loop().create_future()
             call = calls.get(id(record))
-            if call is None:  # a new call (the same Record object comes back for each retry)
+            if call is not None:  # another attempt of the same call
+                call.ended, call.outcome = None, ""
+            else:  # a new call (the same Record object comes back for each retry)
                 call = calls[id(record)] = Call(pod.name, record.wait_id, record.topic,
                                                 record.partition, record.offset, record.key,
                                                 self.now, self.cluster.generation)
@@ -255,6 +257,11 @@ class World:
             except asyncio.CancelledError:
                 call.ended = self.now
                 call.outcome = call.outcome or "cancelled"  # by the engine, unless it raised
+                raise
+            except Retryable:
+                # Not over: the attempt loop tries again, or its deadline ends the call, in
+                # its backoff (unseen here): the latest it can end.
+                call.ended, call.outcome = call.started + deadline, "Retryable"
                 raise
             except BaseException as exc:
                 call.ended, call.outcome = self.now, type(exc).__name__
@@ -322,6 +329,9 @@ class World:
         finally:
             pod.stopped_at = self.now
             self.cluster.leave(consumer.member_id)
+            for call in self.log.calls:  # cut off between attempts: over with the pod
+                if call.pod == pod.name and (call.ended is None or call.ended > self.now):
+                    call.ended, call.outcome = self.now, "cut off"
 
     async def sigterm(self, name: str) -> None:
         pod = self._live.pop(name, None)
@@ -340,7 +350,7 @@ class World:
         pod.killed_at = self.now
         pod.consumer.dead = True
         for call in self.log.calls:  # the dead pod's calls end with it
-            if call.pod == pod.name and call.ended is None:
+            if call.pod == pod.name and (call.ended is None or call.ended > self.now):
                 call.ended, call.outcome = self.now, "killed"
         while not pod.task.done():
             pod.task.cancel()
