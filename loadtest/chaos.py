@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from dispatcher.paths import state_dir
 from loadtest.chaos_account import Allowed, FaultAccount
 from loadtest.chaos_corpus import create_roomy_topic, produce_corpus

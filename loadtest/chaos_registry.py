@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from connectors.registry import RegistryReader
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from dispatcher.errors import RegistryError
 from loadtest.chaos_account import Allowed, FaultAccount
 from loadtest.chaos_rig import Rig

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from dispatcher.devstack.processes import free_port
+from dispatcher.ports import free_port
 from loadtest.chaos_account import Allowed, FaultAccount, FaultObservation, account_faults
 from loadtest.compare import HarnessError, mock_calls_seen, spawn, stop, wait_http
 from loadtest.crash_account import AtTheKill

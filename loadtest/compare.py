@@ -29,8 +29,8 @@ import aiohttp
 import psutil
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
+from dispatcher.ports import free_port
 from loadtest.generator import produce
 from loadtest.latency import ERROR_STATUS, parse_model
 from loadtest.measure import (

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import aiohttp
 
-from dispatcher.devstack.stack import free_port
 from dispatcher.errors import WaitlineError
 from dispatcher.pod.engine import most_open
+from dispatcher.ports import free_port
 from loadtest.compare import (
     HarnessError,
     child_env,

@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from dispatcher.devstack.processes import free_port
+from dispatcher.ports import free_port
 from loadtest.compare import (
     HarnessError,
     create_topic,

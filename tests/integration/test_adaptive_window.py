@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from dispatch_helpers import create_topic, pod_settings, run_pod_until
 
-from dispatcher.devstack.stack import free_port
+from dispatcher.ports import free_port
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce
 from loadtest.latency import ERROR_STATUS, parse_model

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from loadtest.chaos import SCENARIOS, run_chaos
 from loadtest.crash_account import Outcome
 

@@ -28,7 +28,7 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from dispatcher.pod.calls import prepared_ahead
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce

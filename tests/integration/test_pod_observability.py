@@ -13,7 +13,7 @@ import pytest
 from dispatch_helpers import DispatcherProcess, create_topic, dispatch_argv, wait_until
 from observability_refs import family, is_job_metric, metric_names_used
 
-from dispatcher.devstack.stack import free_port
+from dispatcher.ports import free_port
 from loadtest.counterparty import MockCounterparty
 from loadtest.generator import produce
 from loadtest.latency import parse_model

@@ -17,9 +17,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from dispatcher.devstack.processes import pid_alive
-from dispatcher.devstack.stack import KafkaService, LocalStack, StackPorts, free_port
+from devstack.processes import pid_alive
+from devstack.stack import KafkaService, LocalStack, StackPorts
 from dispatcher.errors import StackError
+from dispatcher.ports import free_port
 
 pytestmark = pytest.mark.integration
 

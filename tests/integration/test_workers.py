@@ -24,7 +24,7 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.processes import free_port
+from dispatcher.ports import free_port
 from loadtest.generator import produce
 from loadtest.measure import metric_sum, parse_metrics
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
+from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
 from dispatcher.errors import StackError
 from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, kafka_libs_dir
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from dispatcher.errors import WaitlineError
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 from dispatcher.paths import state_dir

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
+from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
 from dispatcher.errors import StackError
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

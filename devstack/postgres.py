@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from connectors.migrate import apply_migrations
-from dispatcher.devstack.processes import ServiceStatus, log_tail, pid_matches
+from devstack.processes import ServiceStatus, log_tail, pid_matches
 from dispatcher.errors import StackError
 
 DATABASE = "waitline"

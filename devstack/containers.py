@@ -1,7 +1,7 @@
 """The optional test stack on machines with a Docker engine: Kafka and PostgreSQL as throwaway
 containers (testcontainers, a `dev` extra), chosen with `WAITLINE_STACK=testcontainers`.
 
-The local-process stack (`dispatcher.devstack.stack`) stays the default and the only one that
+The local-process stack (`devstack.stack`) stays the default and the only one that
 fault tests can break (kill the broker, stop PostgreSQL). Here the schema is applied by the same
 migrator as `waitline dev up`; the images are pinned.
 """

@@ -13,15 +13,16 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dispatcher.devstack.kafka import KafkaService
-from dispatcher.devstack.postgres import PostgresService
-from dispatcher.devstack.processes import ServiceStatus, free_port, free_ports, port_is_free
-from dispatcher.devstack.spark import SparkClusterService, SparkPorts
+from devstack.kafka import KafkaService
+from devstack.postgres import PostgresService
+from devstack.processes import ServiceStatus
+from devstack.spark import SparkClusterService, SparkPorts
 from dispatcher.endpoints import StackConnection
+from dispatcher.ports import free_port, port_is_free
 
 # Re-exported: tests, the load-test harness and helpers' notes import these from here.
 __all__ = ["KafkaService", "LocalStack", "PostgresService", "ServiceStatus", "SparkClusterService",
-           "StackPorts", "free_port", "free_ports"]
+           "StackPorts"]
 
 
 @dataclass
