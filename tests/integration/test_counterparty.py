@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from loadtest.counterparty import MockCounterparty
-from loadtest.latency import parse_model
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.latency import parse_model
 
 pytestmark = pytest.mark.integration
 

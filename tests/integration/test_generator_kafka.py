@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from dispatcher.errors import ProduceError
 from loadtest.cli import app
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

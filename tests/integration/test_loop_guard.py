@@ -13,10 +13,10 @@ import pytest
 from dispatch_helpers import create_topic, pod_settings, run_pod_until
 
 from dispatcher.ports import free_port
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import parse_model
-from loadtest.measure import metric_sum, parse_metrics
+from loadtest.harness.measure import metric_sum, parse_metrics
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import parse_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

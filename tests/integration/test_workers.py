@@ -25,8 +25,8 @@ from dispatch_helpers import (
 )
 
 from dispatcher.ports import free_port
-from loadtest.generator import produce
-from loadtest.measure import metric_sum, parse_metrics
+from loadtest.harness.measure import metric_sum, parse_metrics
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

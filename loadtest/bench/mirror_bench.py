@@ -42,7 +42,7 @@ from aiokafka.errors import KafkaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from loadtest.mirror_bench_core import (
+from loadtest.bench.mirror_bench_core import (
     MirrorBenchError,
     MirrorBenchRow,
     MirrorBenchSpec,
@@ -52,7 +52,7 @@ from loadtest.mirror_bench_core import (
     quantile,
     staleness_s,
 )
-from loadtest.mirror_bench_io import (
+from loadtest.bench.mirror_bench_io import (
     BenchTopic,
     Sender,
     Visibility,

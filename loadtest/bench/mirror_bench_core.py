@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError
-from loadtest.compare import HarnessError
+from loadtest.harness.processes import HarnessError
 
 OPEN_FRACTION = 0.05  # of the pre-filled events: prepares never tombstoned
 CLOSE_AFTER_PREPARES = 500  # pre-fill: a prepare's tombstone follows this many prepares later

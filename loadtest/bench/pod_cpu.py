@@ -23,15 +23,9 @@ import aiohttp
 import psutil
 
 from dispatcher.ports import free_port
-from loadtest.compare import (
-    HarnessError,
-    create_topic,
-    mock_calls_seen,
-    spawn,
-    stop,
-    wait_http,
-)
-from loadtest.generator import produce
+from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.topics import create_topic
+from loadtest.mock.generator import produce
 
 VARIANTS = ("built-in client", "HTTP handler")
 MODEL = "fixed:50"

@@ -27,15 +27,15 @@ from dispatcher.wire import (
     wait_record,
     wait_tombstone,
 )
-from loadtest.generator import LINGER_MS, MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
-from loadtest.mirror_bench_core import (
+from loadtest.bench.mirror_bench_core import (
     MirrorBenchError,
     MirrorBenchSpec,
     PrefillPlan,
     VisibleSample,
     prefill_plan,
 )
-from loadtest.scenarios import INPUT_PARTITIONS
+from loadtest.harness.topics import INPUT_PARTITIONS
+from loadtest.mock.generator import LINGER_MS, MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
 from spark_jobs.config import ReconcileConfig
 
 log = logging.getLogger(__name__)

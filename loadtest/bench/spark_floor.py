@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from loadtest.mirror_bench_core import MirrorBenchError
-from loadtest.mirror_bench_io import BenchTopic
+from loadtest.bench.mirror_bench_core import MirrorBenchError
+from loadtest.bench.mirror_bench_io import BenchTopic
 from spark_jobs.reconcile import wait_topic_stream
 from spark_jobs.session import SparkSettings, build_session
 

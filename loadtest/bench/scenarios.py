@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.errors import ConfigError
+from loadtest.harness.topics import INPUT_PARTITIONS
 
-INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 AUTO = "auto"
 BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
 BARE_WAIT = "bare-wait"  # the protocol floor: `waitline loadtest bare --wait-topic …`
@@ -164,7 +164,7 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
     """A scenario from `compare`'s free parameters: one run per window in `concurrency`
     (comma-separated numbers and `auto`), each given records for about `duration_s` of steady
     state at its bound (capped at what this machine can finish)."""
-    from loadtest.latency import parse_model  # noqa: PLC0415 - keeps this module light
+    from loadtest.mock.latency import parse_model  # noqa: PLC0415 - keeps this module light
 
     latency = parse_model(model)
     windows: list[int | str] = []

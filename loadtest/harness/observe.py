@@ -1,5 +1,5 @@
 """What the crash demo reads from outside the pod: Kafka's topics and committed offsets, and
-the mock counterparty's calls per Idempotency-Key. Feeds `loadtest.crash_account`."""
+the mock counterparty's calls per Idempotency-Key. Feeds `loadtest.harness.accounting`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
 from dispatcher.wire import parse_dlq_record, parse_wait_record, wait_id_for
-from loadtest.compare import HarnessError
-from loadtest.crash_account import Coordinates
+from loadtest.harness.accounting import Coordinates
+from loadtest.harness.processes import HarnessError
 
 READ_BATCH_TIMEOUT_MS = 1000
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from connectors.registry import RegistryReader
 from devstack.stack import LocalStack
 from dispatcher.errors import RegistryError
-from loadtest.chaos_account import Allowed, FaultAccount
-from loadtest.chaos_rig import Rig
-from loadtest.compare import HarnessError, create_topic, spawn, stop
-from loadtest.crash_observe import read_wait_topic
-from loadtest.generator import produce
+from loadtest.faults.rig import Rig
+from loadtest.harness.accounting import Account, Allowed
+from loadtest.harness.observe import read_wait_topic
+from loadtest.harness.processes import HarnessError, spawn, stop
+from loadtest.harness.topics import create_topic
+from loadtest.mock.generator import produce
 
 WINDOW = 20  # records in flight: 200 TPS against the 100 ms counterparty
 DRAIN_WINDOW = 500  # the pod that finishes the backlog after the kill
@@ -101,7 +102,7 @@ async def _table_matches(rig: Rig, registry: RegistryReader, job: ReconcileProce
 
 async def run_registry_outage(rig: Rig, stack: LocalStack, *, down_s: float, phase_s: float,
                               say: Callable[[str], None]
-                              ) -> tuple[tuple[int, FaultAccount], RegistryOutage]:
+                              ) -> tuple[tuple[int, Account], RegistryOutage]:
     """Measure `phase_s` before, `down_s` during and `phase_s` after a PostgreSQL outage, kill
     the pod, check the table, then drain the backlog and account for every record."""
     bound_tps = WINDOW / 0.1

@@ -1,4 +1,5 @@
-"""The crash demo's account, record by record, and its check of the bound on repeated calls."""
+"""Every record accounted for (the crash demo's and the fault suite's one account): one outcome
+per record, repeats explained by the kills, and what a run allows."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtest.crash_account import (
+from loadtest.harness.accounting import (
+    Allowed,
     AtTheKill,
     Coordinates,
     Observed,
@@ -61,8 +63,8 @@ def _observed(**changes: object) -> Observed:
     inputs = {wait_id(0, o): Coordinates(0, o) for o in range(6)}
     base = Observed(
         inputs=inputs, window=2, most_open=2,
-        at_kill=AtTheKill(committed={0: 3}, prepared=frozenset(wait_id(0, o) for o in range(5)),
-                          closed=frozenset(wait_id(0, o) for o in (0, 2, 3))),
+        kills=(AtTheKill(committed={0: 3}, prepared=frozenset(wait_id(0, o) for o in range(5)),
+                         closed=frozenset(wait_id(0, o) for o in (0, 2, 3))),),
         calls={str(wait_id(0, o)): n for o, n in [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2), (5, 1)]},
         dlq={wait_id(0, 1): [EXPIRED]}, open_at_end=frozenset({wait_id(0, 1)}),
     )  # fmt: skip
@@ -93,9 +95,9 @@ def test_each_broken_promise_is_named() -> None:
     assert result.count(Outcome.LOST) == 1
     assert result.violations == (
         "1 records lost: not called, not in the DLQ, not open",
-        f"1 records called more than once were not prepared since the last commit "
+        f"1 records called more than once were not prepared since the last commit at any kill "
         f"(e.g. {wait_id(0, 0)})",
-        "2 records in flight at the kill exceed the 1 a pod with window 1 may hold open",
+        "2 records in flight at a kill exceed the 1 a pod with window 1 may hold open",
         "1 calls carried an Idempotency-Key of no input record",
     )
 
@@ -154,9 +156,9 @@ def simulate(layout: list[Partition]) -> Observed:
                 dlq.setdefault(wid, []).append(TIMEOUT)
     in_flight = len(prepared - closed)
     return Observed(inputs=inputs, window=in_flight, most_open=in_flight,
-                    at_kill=AtTheKill(committed={p: part.committed for p, part in
-                                                 enumerate(layout)},
-                                      prepared=frozenset(prepared), closed=frozenset(closed)),
+                    kills=(AtTheKill(committed={p: part.committed for p, part in
+                                                enumerate(layout)},
+                                     prepared=frozenset(prepared), closed=frozenset(closed)),),
                     calls=calls, dlq=dlq, open_at_end=frozenset(open_at_end))  # fmt: skip
 
 
@@ -171,6 +173,7 @@ def test_every_record_has_one_outcome_and_a_design_crash_breaks_no_promise(
     assert sum(result.count(o) for o in Outcome) == len(observed.inputs)
     assert result.count(Outcome.LOST) == 0
     assert result.extra_calls == sum(max(0, n - 1) for n in observed.calls.values())
+    assert result.bound is not None
     assert result.extra_calls <= result.bound
     assert sum(result.dlq_by_exception.values()) == sum(len(e) for e in observed.dlq.values())
 
@@ -200,7 +203,7 @@ def test_a_repeat_below_the_commit_is_caught_per_record(
 ) -> None:
     observed = simulate(layout)
     below = sorted(w for w, c in observed.inputs.items()
-                   if c.offset < observed.at_kill.committed[c.partition])  # fmt: skip
+                   if c.offset < observed.kills[0].committed[c.partition])  # fmt: skip
     if not below:
         return
     extra = data.draw(st.sampled_from(below))
@@ -214,3 +217,86 @@ def test_records_prepared_ahead_or_tombstoning_behind_the_window_are_within_the_
     within = account(_observed(window=1, most_open=2))
     assert within.in_flight_at_kill == 2
     assert within.violations == ()
+
+
+# --- what a run allows besides "nothing lost" (the fault suite's scenarios) -----------------
+
+RECORDS = 40
+INPUTS = {wait_id(0, offset): Coordinates(0, offset) for offset in range(RECORDS)}
+
+
+def kill_at(committed: int, prepared_up_to: int) -> AtTheKill:
+    prepared = frozenset(wait_id(0, o) for o in range(prepared_up_to))
+    return AtTheKill(committed={0: committed}, prepared=prepared,
+                     closed=frozenset(wait_id(0, o) for o in range(committed)))
+
+
+def observe(calls: dict[int, int], *, kills: tuple[AtTheKill, ...] = (),
+            dlq: dict[int, list[str]] | None = None, open_: frozenset[int] = frozenset(),
+            window: int = 5) -> Observed:
+    return Observed(
+        inputs=INPUTS, window=window, kills=kills,
+        calls={str(wait_id(0, o)): n for o, n in calls.items()},
+        dlq={wait_id(0, o): reasons for o, reasons in (dlq or {}).items()},
+        open_at_end=frozenset(wait_id(0, o) for o in open_))
+
+
+def test_a_clean_run_has_every_record_called_once() -> None:
+    result = account(observe(dict.fromkeys(range(RECORDS), 1)), Allowed(extra_calls=0))
+    assert result.ok
+    assert result.count(Outcome.CALLED_ONCE) == RECORDS
+    assert result.bound is None
+
+
+def test_dlq_and_open_records_are_accounted_and_open_ones_can_be_refused() -> None:
+    calls = dict.fromkeys(range(2, RECORDS), 1)
+    observed = observe(calls, dlq={0: ["TimeoutError"]}, open_=frozenset({1}))
+    assert account(observed, Allowed()).ok
+    refused = account(observed, Allowed(open_at_end=False))
+    assert refused.violations == ("1 records left open in the wait topic",)
+    assert refused.dlq_by_exception == {"TimeoutError": 1}
+
+
+def test_more_records_in_the_dlq_than_allowed_is_a_violation() -> None:
+    calls = dict.fromkeys(range(RECORDS), 1)
+    observed = observe(calls, dlq={0: ["TimeoutError"], 1: ["TimeoutError"]})
+    assert account(observed, Allowed(dead_lettered=2)).ok
+    assert account(observed, Allowed(dead_lettered=1)).violations == (
+        "2 records in the DLQ (allowed: 1)",)
+
+
+def test_a_dlq_record_without_a_reason_is_a_violation() -> None:
+    calls = dict.fromkeys(range(1, RECORDS), 1)
+    result = account(observe(calls, dlq={0: [""]}), Allowed())
+    assert result.violations == ("1 DLQ records name no reason",)
+
+
+def test_repeats_without_a_kill_break_a_zero_allowance() -> None:
+    calls = dict.fromkeys(range(RECORDS), 1) | {3: 2}
+    assert account(observe(calls), Allowed(extra_calls=0)).violations == (
+        "1 repeated calls (allowed: 0)",)
+
+
+def test_each_kill_adds_its_window_and_its_records_prepared_since_the_commit_to_the_bound(
+) -> None:
+    calls = dict.fromkeys(range(RECORDS), 1)
+    result = account(observe(calls, kills=(kill_at(10, 15), kill_at(20, 22))), Allowed())
+    assert result.bound == (5 + 5) + (5 + 2)
+    assert result.in_flight_at_kill == 5
+
+
+@given(st.lists(st.tuples(st.integers(0, RECORDS - 1), st.integers(0, 10)), min_size=1,
+                max_size=6))
+def test_design_conforming_kills_never_break_the_bound(kills: list[tuple[int, int]]) -> None:
+    """Each kill: committed at c, prepared up to c + p; the restart calls c.. again at most once
+    more. Whatever the kills, the account finds nothing wrong."""
+    snapshots = []
+    calls = dict.fromkeys(range(RECORDS), 1)
+    for committed, ahead in sorted(kills):
+        prepared_up_to = min(RECORDS, committed + ahead)
+        snapshots.append(kill_at(committed, prepared_up_to))
+        for offset in range(committed, prepared_up_to):
+            calls[offset] += 1
+    result = account(observe(calls, kills=tuple(snapshots), window=10), Allowed())
+    assert result.ok, result.violations
+    assert result.extra_calls <= (result.bound or 0)

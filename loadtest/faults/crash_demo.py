@@ -3,9 +3,9 @@ reconciliation job expire what the crash left open, and account for every record
 
 The pods, the mock counterparty and the reconciliation job run as the real commands
 (`waitline dispatch`, `waitline loadtest counterparty --record-keys`, `waitline reconcile
---once`). The account is taken from outside the pod, record by record (`loadtest.crash_account`):
-calls per Idempotency-Key at the counterparty, the wait topic and the committed offsets right
-after the kill, and the DLQ and the wait topic at the end.
+--once`). The account is taken from outside the pod, record by record
+(`loadtest.harness.accounting`): calls per Idempotency-Key at the counterparty, the wait topic
+and the committed offsets right after the kill, and the DLQ and the wait topic at the end.
 """
 
 from __future__ import annotations
@@ -24,25 +24,18 @@ import aiohttp
 from dispatcher.errors import WaitlineError
 from dispatcher.pod.engine import most_open
 from dispatcher.ports import free_port
-from loadtest.compare import (
-    HarnessError,
-    child_env,
-    create_topic,
-    get_metrics,
-    spawn,
-    stop,
-    wait_http,
-)
-from loadtest.crash_account import AtTheKill, CrashAccount, Observed, Outcome, account
-from loadtest.crash_observe import (
+from loadtest.harness.accounting import Account, AtTheKill, Observed, Outcome, account
+from loadtest.harness.measure import metric_sum
+from loadtest.harness.observe import (
     calls_by_key,
     committed_offsets,
     input_records,
     read_dlq_exceptions,
     read_wait_topic,
 )
-from loadtest.generator import produce
-from loadtest.measure import metric_sum
+from loadtest.harness.processes import HarnessError, child_env, get_metrics, spawn, stop, wait_http
+from loadtest.harness.topics import create_topic
+from loadtest.mock.generator import produce
 
 RECORDS = 2_000
 CONCURRENCY = 100
@@ -58,7 +51,7 @@ KILL_AFTER_FINISHED = 600
 @dataclass(frozen=True)
 class CrashReport:
     records: int
-    account: CrashAccount
+    account: Account
 
     @property
     def ok(self) -> bool:
@@ -66,6 +59,8 @@ class CrashReport:
 
     def lines(self) -> list[str]:
         acc = self.account
+        # The demo kills once and knows its pod's limit: both are always set here.
+        bound, most_open = acc.bound or 0, acc.most_open or 0
         dlq = ", ".join(f"{name} {count:,}" for name, count in acc.dlq_by_exception.items())
         lines = [f"input records:                      {self.records:,}, each by its wait id:"]
         lines += [f"  {outcome.value + ':':<33}{acc.count(outcome):,}" for outcome in Outcome]
@@ -73,10 +68,10 @@ class CrashReport:
             f"DLQ records by exception:          {dlq or 'none'}",
             f"records called more than once:     {len(acc.repeated):,} "
             f"({acc.extra_calls:,} repeated calls, same Idempotency-Key)",
-            f"bound on repeated calls:           {acc.bound:,} = window {acc.window:,} + "
+            f"bound on repeated calls:           {bound:,} = window {acc.window:,} + "
             f"{len(acc.prepared_since_commit):,} records prepared since the last commit",
             f"in flight at the kill:             {acc.in_flight_at_kill:,} (at most "
-            f"{acc.most_open:,}: window {acc.window:,}, records prepared ahead, tombstones "
+            f"{most_open:,}: window {acc.window:,}, records prepared ahead, tombstones "
             f"behind it)",
             "every repeat was prepared since the last commit: "
             + ("yes" if acc.repeated <= acc.prepared_since_commit else "NO"),
@@ -156,7 +151,7 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
                             str(work_dir / f"{tag}-checkpoint"))
     inputs = await input_records(bootstrap, group, topic)
     observed = Observed(
-        inputs=inputs, window=CONCURRENCY, most_open=most_open(CONCURRENCY), at_kill=at_kill,
+        inputs=inputs, window=CONCURRENCY, most_open=most_open(CONCURRENCY), kills=(at_kill,),
         calls=calls,
         dlq=await read_dlq_exceptions(bootstrap, dlq_topic, group),
         open_at_end=(await read_wait_topic(bootstrap, wait_topic)).open,

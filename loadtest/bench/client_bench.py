@@ -1,6 +1,7 @@
 """Client CPU per call for each HTTP client candidate, at several concurrencies.
 
-    python -m loadtest.client_bench [--calls 20000] [--max-seconds 20] [--concurrency 50 200 1000]
+    python -m loadtest.bench.client_bench [--calls 20000] [--max-seconds 20] \
+        [--concurrency 50 200 1000]
 
 An aiohttp.web server in a separate process on loopback answers every POST at once, so the
 client's CPU time (`time.process_time()`) per completed call measures the client alone: httpx's
@@ -262,7 +263,8 @@ def render(cells: Sequence[Cell]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.client_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.client_bench",
+                                     description=__doc__)
     parser.add_argument("--calls", type=int, default=20_000, help="calls per cell")
     parser.add_argument("--max-seconds", type=float, default=20.0, help="time cap per cell")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[50, 200, 1000])

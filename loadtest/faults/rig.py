@@ -24,16 +24,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from dispatcher.ports import free_port
-from loadtest.chaos_account import Allowed, FaultAccount, FaultObservation, account_faults
-from loadtest.compare import HarnessError, mock_calls_seen, spawn, stop, wait_http
-from loadtest.crash_account import AtTheKill
-from loadtest.crash_observe import (
+from loadtest.harness.accounting import Account, Allowed, AtTheKill, Observed, account
+from loadtest.harness.observe import (
     committed_offsets,
     end_offsets,
     input_records,
     read_dlq_exceptions,
     read_wait_topic,
 )
+from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 
 SAMPLE_EVERY_S = 0.5
 
@@ -231,11 +230,11 @@ class Rig:
             self.check_pods_alive()
             await asyncio.sleep(0.5)
 
-    async def account(self, window: int, allowed: Allowed) -> tuple[int, FaultAccount]:
+    async def account(self, window: int, allowed: Allowed) -> tuple[int, Account]:
         await self.stop_mock()
         inputs = await input_records(self.bootstrap, self.group, self.topic)
-        observed = FaultObservation(
+        observed = Observed(
             inputs=inputs, window=window, kills=tuple(self.kills), calls=dict(self._calls),
             dlq=await read_dlq_exceptions(self.bootstrap, f"{self.group}.dlq", self.group),
             open_at_end=(await read_wait_topic(self.bootstrap, f"{self.group}.wait")).open)
-        return len(inputs), account_faults(observed, allowed)
+        return len(inputs), account(observed, allowed)

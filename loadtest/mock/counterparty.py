@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from loadtest.latency import ERROR_STATUS, HANG_STATUS, OK_STATUS, LatencyModel
+from loadtest.mock.latency import ERROR_STATUS, HANG_STATUS, OK_STATUS, LatencyModel
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_HANG_S = 300.0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.compare import (
+from loadtest.bench.compare import (
     RunResult,
     markdown_table,
     overhead_lines,
@@ -19,11 +19,12 @@ from loadtest.compare import (
     write_json,
     write_plot,
 )
-from loadtest.mirror_bench import KEPT_UP_RATIO
-from loadtest.mirror_bench_core import CLOSE_AFTER_PREPARES, OPEN_FRACTION, MirrorBenchRow
-from loadtest.mirror_bench_core import markdown_table as mirror_table
-from loadtest.mirror_bench_io import SAMPLE_EVERY_S, TOMBSTONE_AFTER_S
-from loadtest.scenarios import INPUT_PARTITIONS, SCENARIOS
+from loadtest.bench.mirror_bench import KEPT_UP_RATIO
+from loadtest.bench.mirror_bench_core import CLOSE_AFTER_PREPARES, OPEN_FRACTION, MirrorBenchRow
+from loadtest.bench.mirror_bench_core import markdown_table as mirror_table
+from loadtest.bench.mirror_bench_io import SAMPLE_EVERY_S, TOMBSTONE_AFTER_S
+from loadtest.bench.scenarios import SCENARIOS
+from loadtest.harness.topics import INPUT_PARTITIONS
 
 
 def machine_line() -> str:
@@ -75,7 +76,7 @@ def write_benchmarks(results: list[RunResult], scenario_names: list[str], out: P
                      mirror_rows: Sequence[MirrorBenchRow] = (),
                      handler_cpu: str = "") -> None:
     """Rewrite `out`: the scenarios, then the handler seam's CPU section (markdown, from
-    `loadtest.pod_cpu.section`) and the reconciliation job's, when measured; the part of an
+    `loadtest.bench.pod_cpu.section`) and the reconciliation job's, when measured; the part of an
     existing `out` below `KEEP_MARKER` (figures measured by hand) is kept as it is."""
     stem = out.with_suffix("")
     json_path, plot_path = stem.with_name("benchmarks.json"), stem.with_name("benchmarks.png")

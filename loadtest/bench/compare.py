@@ -16,9 +16,7 @@ import contextlib
 import json
 import logging
 import math
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -27,21 +25,20 @@ from typing import Protocol
 
 import aiohttp
 import psutil
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from dispatcher.errors import WaitlineError
 from dispatcher.ports import free_port
-from loadtest.generator import produce
-from loadtest.latency import ERROR_STATUS, parse_model
-from loadtest.measure import (
+from loadtest.bench.scenarios import AUTO, BARE, BARE_WAIT, BASELINES, RunSpec, Scenario
+from loadtest.harness.measure import (
     Sample,
     histogram_buckets,
     histogram_quantile,
     metric_sum,
-    parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import AUTO, BARE, BARE_WAIT, BASELINES, INPUT_PARTITIONS, RunSpec, Scenario
+from loadtest.harness.processes import HarnessError, get_json, get_metrics, spawn, stop, wait_http
+from loadtest.harness.topics import create_topic
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import ERROR_STATUS, parse_model
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +47,6 @@ FINISHED = "waitline_records_finished_total"
 DURATION = "waitline_record_duration_seconds"
 WINDOW = "waitline_window"
 LOOP_CAP = "waitline_loop_cap"
-
-
-class HarnessError(WaitlineError):
-    """A load-test run could not be carried out (a process died, nothing was measured)."""
 
 
 @dataclass
@@ -83,99 +76,11 @@ class RunResult:
                 for k, v in asdict(self).items()}
 
 
-TOPIC_VISIBLE_TIMEOUT_S = 30.0
-
-
-async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTITIONS,
-                       configs: dict[str, str] | None = None) -> None:
-    """Create `topic` and return once the broker's metadata lists all its partitions: a pod
-    started at once checks its input topics there (a loaded broker updates it after the
-    create returned; pods then exited "input topic(s) not found")."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
-        deadline = time.monotonic() + TOPIC_VISIBLE_TIMEOUT_S
-        while True:
-            [described] = await admin.describe_topics([topic])
-            if described["error_code"] == 0 and len(described["partitions"]) == partitions:
-                return
-            if time.monotonic() > deadline:
-                raise WaitlineError(f"topic {topic} not in the broker's metadata "
-                                    f"{TOPIC_VISIBLE_TIMEOUT_S:.0f} s after its creation")
-            await asyncio.sleep(0.05)
-    finally:
-        await admin.close()
-
-
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a `python -m dispatcher` child: this one, plus `extra`.
-
-    The child imports `dispatcher` from where this process does (PYTHONPATH, else the installed
-    package): PYTHONSAFEPATH keeps `python -m` from putting the working directory first, where
-    another checkout's package would shadow it (an A/B against a worktree ran the same code
-    twice that way)."""
-    return {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
-
-
-def spawn(args: list[str], log_path: Path,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`waitline <args>` as a process logging to `log_path`; `env` adds to `child_env()`."""
-    with log_path.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=child_env(env))
-
-
-def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def effective_window(metrics: dict[tuple[str, str], float]) -> float:
     """The calls the pod allows now: its window, within the loop guard's cap when it has one
     (a cap of 0: no guard, or the bare loop)."""
     window, cap = metric_sum(metrics, WINDOW), metric_sum(metrics, LOOP_CAP)
     return min(window, cap) if cap > 0 else window
-
-
-async def get_metrics(session: aiohttp.ClientSession,
-                      url: str) -> dict[tuple[str, str], float]:
-    """The pod's `/metrics`, parsed."""
-    async with session.get(url) as response:
-        return parse_metrics(await response.text())
-
-
-async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
-    async with session.get(url) as response:
-        data: dict[str, object] = await response.json()
-        return data
-
-
-async def mock_calls_seen(session: aiohttp.ClientSession, mock_url: str) -> int:
-    """Calls the mock counterparty at `mock_url` has seen (arrivals), from its /stats."""
-    return int(str((await get_json(session, f"{mock_url}stats"))["requests"]))
-
-
-async def wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
-                     log_path: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = await asyncio.to_thread(log_path.read_text, errors="replace")
-            raise HarnessError(f"process exited with {process.returncode}; see {log_path}:\n"
-                               + tail[-2000:])
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(url) as response:
-                if response.status < 500:
-                    return
-        await asyncio.sleep(0.2)
-    raise HarnessError(f"{url} did not answer within {timeout_s:.0f} s; see {log_path}")
 
 
 async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,

@@ -1,6 +1,6 @@
 """`waitline loadtest chaos`: the fault suite. Each scenario runs real pods against the local
 stack, injects one kind of fault and accounts for every record from outside the pods
-(`loadtest.chaos_rig`, `loadtest.chaos_account`).
+(`loadtest.faults.rig`, `loadtest.harness.accounting`).
 
 `short` is the version `make test` runs (a few kills, seconds of outage); `full` is `make chaos`,
 the figures of docs/RELIABILITY.md.
@@ -16,14 +16,12 @@ from pathlib import Path
 
 from devstack.stack import LocalStack
 from dispatcher.paths import state_dir
-from loadtest.chaos_account import Allowed, FaultAccount
-from loadtest.chaos_corpus import create_roomy_topic, produce_corpus
-from loadtest.chaos_registry import WINDOW, run_registry_outage
-from loadtest.chaos_rig import Rig
-from loadtest.compare import create_topic
-from loadtest.crash_account import Outcome
-from loadtest.generator import produce
-from loadtest.scenarios import INPUT_PARTITIONS
+from loadtest.faults.corpus import create_roomy_topic, produce_corpus
+from loadtest.faults.registry_outage import WINDOW, run_registry_outage
+from loadtest.faults.rig import Rig
+from loadtest.harness.accounting import Account, Allowed, Outcome
+from loadtest.harness.topics import INPUT_PARTITIONS, create_topic
+from loadtest.mock.generator import produce
 
 MODEL = "fixed:100"  # every call answers in 100 ms: any fault shows in the figures
 
@@ -57,7 +55,7 @@ class ScenarioResult:
     name: str
     must_show: str
     records: int
-    account: FaultAccount
+    account: Account
     recovery_s: float | None
     max_commit_stall_s: float
     seconds: float
@@ -74,9 +72,9 @@ class ScenarioResult:
         recovery = "—" if self.recovery_s is None else f"{self.recovery_s:.1f} s"
         bound = "" if acc.bound is None else f" (bound {acc.bound:,})"
         verdict = "OK" if self.ok else "FAILED: " + "; ".join(acc.violations + self.problems)
-        return (f"| {self.name} | {self.records:,} | {acc.outcomes[Outcome.LOST]} | "
-                f"{acc.outcomes[Outcome.CALLED_ONCE]:,} | {acc.extra_calls:,}{bound} | {dlq} | "
-                f"{acc.outcomes[Outcome.OPEN]:,} | {recovery} | "
+        return (f"| {self.name} | {self.records:,} | {acc.count(Outcome.LOST)} | "
+                f"{acc.count(Outcome.CALLED_ONCE):,} | {acc.extra_calls:,}{bound} | {dlq} | "
+                f"{acc.count(Outcome.OPEN):,} | {recovery} | "
                 f"{self.max_commit_stall_s:.1f} s | {self.seconds:.0f} s | {verdict} |")
 
 
@@ -96,7 +94,7 @@ class Context:
     stack: LocalStack  # whose broker the broker scenario kills and restarts
 
 
-def _result(rig: Rig, name: str, must_show: str, counted: tuple[int, FaultAccount], *,
+def _result(rig: Rig, name: str, must_show: str, counted: tuple[int, Account], *,
             recovery_s: float | None, started: float, problems: tuple[str, ...] = (),
             measured: str = "") -> ScenarioResult:
     problems += tuple(f"pod {pod} exited with {code} on SIGTERM"
