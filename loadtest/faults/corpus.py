@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.record.default_records import (
     _DefaultRecordBatchBuilderPy,
 )
+
+from loadtest.harness.topics import create_topic
 
 MIB = 1024 * 1024
 INPUT_TOPIC_LIMIT = 16 * MIB  # the input topic takes what the wait topic (1 MiB) cannot
@@ -54,13 +55,7 @@ CORPUS: tuple[OddRecord, ...] = (
 
 async def create_roomy_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """An input topic whose records may be larger than the wait and DLQ topics take."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={
-            "max.message.bytes": str(INPUT_TOPIC_LIMIT)})])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, partitions, {"max.message.bytes": str(INPUT_TOPIC_LIMIT)})
 
 
 async def send_raw(producer: AIOKafkaProducer, topic: str, partition: int,

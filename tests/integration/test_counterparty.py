@@ -18,7 +18,7 @@ import pytest
 from loadtest.mock.counterparty import MockCounterparty
 from loadtest.mock.latency import parse_model
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 
 # The machine is shared and noisy: delays may run long, never short.
 LATE_TOLERANCE_S = 1.0

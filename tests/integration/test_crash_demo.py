@@ -11,7 +11,7 @@ import pytest
 from loadtest.faults.crash_demo import RECORDS, run_crash_demo
 from loadtest.harness.accounting import Outcome
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.mark.timeout(600)

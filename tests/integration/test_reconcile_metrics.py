@@ -17,7 +17,7 @@ from reconcile_helpers import WaitTopic
 from loadtest.harness.measure import parse_metrics
 from spark_jobs.reconcile import ReconcileJob
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def _scrape(port: int | None) -> str:

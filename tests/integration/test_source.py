@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic as create_topic_with
 
 from connectors.rows import WaitEvent
 from connectors.sink import apply_batch
@@ -220,12 +220,7 @@ async def read_partition(bootstrap: str, topic: str, expected: int) -> list[Any]
 
 
 async def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic_with(bootstrap, topic, partitions=1)
 
 
 async def test_expire_once_sends_each_expired_row_once(
