@@ -5,7 +5,7 @@
     │   └── EndpointNotConfiguredError (dispatcher.endpoints)
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
-    ├── ProduceError                writing records to Kafka failed (loadtest.generator, connectors)
+    ├── ProduceError                writing records to Kafka failed (loadtest generator, connectors)
     ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.session)
     ├── KafkaClientError            a commit or offset read failed (the Kafka seam); retriable
     ├── UnreadableRecordError       the Kafka client cannot parse a fetched record (the seam)

@@ -3,10 +3,14 @@ JSON lines for log pipelines; every command that logs calls `configure_logging` 
 
 Standard-library `logging` calls (ours and aiokafka's) are rendered by structlog, so every line
 has the same shape. Secrets never reach the logs: settings hold them as `SecretStr`.
+
+This module owns its format setting (`LogFormat`) and imports nothing above it: a caller passes
+the format's name or member (the pod's `--log-format`, the default for the other commands).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import sys
 import time
@@ -14,7 +18,12 @@ from collections.abc import Callable
 
 import structlog
 
-from dispatcher.pod.settings import LogFormat
+from dispatcher.errors import ConfigError
+
+
+class LogFormat(enum.StrEnum):
+    CONSOLE = "console"  # lines for people, coloured on a terminal
+    JSON = "json"  # one JSON object per line, for log pipelines
 
 
 class RepeatFilter(logging.Filter):
@@ -61,7 +70,14 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
-def configure_logging(fmt: LogFormat = LogFormat.CONSOLE, level: str = "INFO") -> None:
+def configure_logging(fmt: LogFormat | str = LogFormat.CONSOLE, level: str = "INFO") -> None:
+    """Route every `logging` call through one stderr handler in format `fmt` (a `LogFormat`
+    or its name); an unknown name is a ConfigError."""
+    try:
+        fmt = LogFormat(fmt)
+    except ValueError:
+        choices = ", ".join(member.value for member in LogFormat)
+        raise ConfigError(f"unknown log format {fmt!r}: use one of {choices}") from None
     shared: list[structlog.typing.Processor] = [
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

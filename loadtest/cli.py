@@ -18,6 +18,7 @@ from rich.console import Console
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
+from loadtest.bench.scenarios import SCENARIOS
 from loadtest.cli_chaos import chaos
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
 from loadtest.cli_common import fail as _fail
@@ -30,14 +31,13 @@ from loadtest.cli_mirror import (
     mirror_floor,
     run_mirror,
 )
-from loadtest.counterparty import DEFAULT_HANG_S, serve_forever
-from loadtest.generator import produce
-from loadtest.latency import parse_model
-from loadtest.scenarios import SCENARIOS
+from loadtest.mock.counterparty import DEFAULT_HANG_S, serve_forever
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import parse_model
 
 if TYPE_CHECKING:
-    from loadtest.compare import RunResult
-    from loadtest.scenarios import Scenario
+    from loadtest.bench.compare import RunResult
+    from loadtest.bench.scenarios import Scenario
 
 app = typer.Typer(
     help="Load tests: the mock counterparty with latency models, and the record generator.",
@@ -110,7 +110,7 @@ def bare(
              "created as the pod creates it.")] = None,
 ) -> None:
     """The overhead baseline: consume and POST, no wait topic, no retries (at most once)."""
-    from loadtest.bare import run_bare_loop  # noqa: PLC0415
+    from loadtest.bench.bare import run_bare_loop  # noqa: PLC0415
 
     try:
         servers = resolve_bootstrap_servers(bootstrap_servers)
@@ -153,8 +153,8 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                    ) -> list[RunResult]:
     """Run scenarios one after another (or the `custom` one), reporting progress; exits
     cleanly on bad input."""
-    from loadtest.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
-    from loadtest.scenarios import get_scenario  # noqa: PLC0415
+    from loadtest.bench.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
+    from loadtest.bench.scenarios import get_scenario  # noqa: PLC0415
 
     try:
         scenarios = [custom()] if custom else [get_scenario(name) for name in names]
@@ -223,14 +223,14 @@ def compare(
         "reports/loadtest"),
 ) -> None:
     """Batch vs at-least-once on the real pod, measured against Little's law."""
-    from loadtest.compare import (  # noqa: PLC0415
+    from loadtest.bench.compare import (  # noqa: PLC0415
         markdown_table,
         overhead_lines,
         saturation_lines,
         write_json,
         write_plot,
     )
-    from loadtest.scenarios import custom_scenario  # noqa: PLC0415
+    from loadtest.bench.scenarios import custom_scenario  # noqa: PLC0415
 
     def custom() -> Scenario:
         assert concurrency is not None
@@ -263,8 +263,8 @@ def demo(
 
     The reference scenario in both modes, then a kill -9 of the pod mid-load, a restart, and the
     reconciliation job expiring what the crash left open."""
-    from loadtest.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
-    from loadtest.crash_demo import run_crash_demo  # noqa: PLC0415
+    from loadtest.bench.compare import markdown_table, write_json, write_plot  # noqa: PLC0415
+    from loadtest.faults.crash_demo import run_crash_demo  # noqa: PLC0415
 
     results = _run_scenarios(["reference"], bootstrap_servers, out_dir / "loadtest")
     table = markdown_table(results)
@@ -310,7 +310,7 @@ def handler_cpu_command(
     """Measure CPU per record: built-in HTTP client vs the HTTP handler behind the seam.
 
     The same pod drains a backlog both ways, side by side in one run, variants alternating."""
-    from loadtest.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
 
     try:
         sizes = [int(w) for w in windows.split(",") if w.strip()]
@@ -345,8 +345,8 @@ def bench(
 ) -> None:
     """Run the benchmark scenarios, then the reconciliation job's, and rewrite
     docs/BENCHMARKS.md with what was measured."""
-    from loadtest.pod_cpu import measure_pod_cpu, section  # noqa: PLC0415
-    from loadtest.report import write_benchmarks  # noqa: PLC0415
+    from loadtest.bench.pod_cpu import measure_pod_cpu, section  # noqa: PLC0415
+    from loadtest.bench.report import write_benchmarks  # noqa: PLC0415
 
     names = [name.strip() for name in scenarios.split(",") if name.strip()]
     results = _run_scenarios(names, bootstrap_servers, Path("reports/loadtest"))

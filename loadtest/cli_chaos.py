@@ -38,7 +38,7 @@ def chaos(
     kill -9, rebalance storm, broker kill, counterparty outage, bad input and a PostgreSQL
     outage under reconciliation, each record accounted for from outside the pods. Exits 1 if
     any scenario loses a record or breaks its rule."""
-    from loadtest.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
+    from loadtest.faults.chaos import SCALES, SCENARIOS, markdown, run_chaos  # noqa: PLC0415
 
     if scale not in SCALES:
         _fail(f"--scale must be one of {', '.join(SCALES)}, not {scale!r}", CONFIG_EXIT_CODE)

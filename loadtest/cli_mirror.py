@@ -15,7 +15,7 @@ from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
 from loadtest.cli_common import fail as _fail
 
 if TYPE_CHECKING:
-    from loadtest.mirror_bench import MirrorBenchRow
+    from loadtest.bench.mirror_bench import MirrorBenchRow
 
 # `waitline loadtest mirror` defaults, which `bench` runs too.
 MIRROR_EVENTS = 50_000
@@ -32,7 +32,7 @@ RegistryDsn = Annotated[str | None, typer.Option(
 def run_mirror(*, events: int, rate: float, duration: str, trigger: str,
                 bootstrap_servers: str | None, dsn: str | None) -> list[MirrorBenchRow]:
     """The reconciliation job's mirror benchmark, with progress; exits cleanly on bad input."""
-    from loadtest.mirror_bench import MirrorBenchSpec, run_mirror_bench  # noqa: PLC0415
+    from loadtest.bench.mirror_bench import MirrorBenchSpec, run_mirror_bench  # noqa: PLC0415
 
     try:
         spec = MirrorBenchSpec.build(events=events, rate_per_s=rate, duration=duration,
@@ -72,8 +72,8 @@ def mirror(
 
     Wait events/s of one --once cycle, and the mirror lag under a steady flow with the job
     running continuously."""
-    from loadtest.compare import write_json  # noqa: PLC0415
-    from loadtest.mirror_bench_core import markdown_table  # noqa: PLC0415
+    from loadtest.bench.compare import write_json  # noqa: PLC0415
+    from loadtest.bench.mirror_bench_core import markdown_table  # noqa: PLC0415
 
     rows = run_mirror(events=events, rate=rate, duration=duration, trigger=trigger,
                        bootstrap_servers=bootstrap_servers, dsn=dsn)
@@ -95,7 +95,7 @@ def mirror_floor(
     A cold and a warm availableNow query over the mirror benchmark's wait topic, each only
     counting its records (no PostgreSQL, no Python worker): the least a first cycle of the job
     can take on this machine."""
-    from loadtest.spark_floor import floor_table, run_spark_floor  # noqa: PLC0415
+    from loadtest.bench.spark_floor import floor_table, run_spark_floor  # noqa: PLC0415
 
     try:
         servers, pg_dsn = resolve_bootstrap_servers(bootstrap_servers), resolve_pg_dsn(dsn)

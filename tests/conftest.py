@@ -1,9 +1,9 @@
 """Shared fixtures: a real Kafka and a real PostgreSQL for the whole test session.
 
-Both are started through `dispatcher.devstack.stack` (the code behind `waitline dev up`) in a
+Both are started through `devstack.stack` (the code behind `waitline dev up`) in a
 temporary folder on free ports, so tests never collide with a running dev stack, and are
 stopped at the end. With `WAITLINE_STACK=testcontainers` (and a Docker engine) `kafka_bootstrap`
-and `pg_dsn` come from containers instead (`dispatcher.devstack.containers`). Tests isolate
+and `pg_dsn` come from containers instead (`devstack.containers`). Tests isolate
 themselves by unique topic, group and wait-topic names (`unique_name`).
 """
 
@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.devstack.containers import (
+from devstack.containers import (
     STACK_ENV,
     TESTCONTAINERS,
     container_stack,
     docker_unavailable_reason,
 )
-from dispatcher.devstack.stack import LocalStack, StackPorts, free_ports
+from devstack.stack import LocalStack, StackPorts
 from dispatcher.endpoints import StackConnection
 from dispatcher.errors import StackError
 from dispatcher.logs import HANDLER_NAME
+from dispatcher.ports import free_ports
 
 
 @pytest.fixture(autouse=True)

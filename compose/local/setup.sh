@@ -46,11 +46,11 @@ fetch_jars() {  # fetch_jars NAME POM: copy the POM's runtime dependencies to $C
 fetch_jars kafka-libs compose/local/kafka/pom.xml
 if [ -f compose/local/spark/pom.xml ]; then fetch_jars spark-jars compose/local/spark/pom.xml; fi
 # The reconciliation job's JVM maps Spark's classes from an archive instead of loading them
-# (spark_jobs/class_archive.py): built once (~35 s, no service needed), rebuilt when Java,
+# (trained by devstack/class_archive.py): built once (~35 s, no service needed), rebuilt when Java,
 # pyspark or the connector jars change. Without it the job runs the same, only starts slower.
 if [ -f compose/local/spark/pom.xml ]; then
   step "Spark class archive (the reconciliation job's JVM starts faster with it)"
-  WAITLINE_CACHE_DIR="$CACHE" .venv/bin/python -m spark_jobs.class_archive --if-stale 2>&1 \
+  WAITLINE_CACHE_DIR="$CACHE" .venv/bin/python -m devstack.class_archive --if-stale 2>&1 \
     | grep -v -e '^Using Spark' -e 'log level' -e 'NativeCodeLoader' \
     || echo "(continuing without it)"
 fi

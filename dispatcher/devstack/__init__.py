@@ -1,2 +1,3 @@
-"""The local stack: a real single-node Kafka and PostgreSQL as local processes, no Docker
-(`waitline dev up|down|status`); the tests, the demo and the benchmarks run on it."""
+"""Transitional: the local stack is the top-level `devstack` package now. Only
+`dispatcher/pod/workers.py` still imports `free_ports` through here; when it imports
+`dispatcher.ports` instead, this folder goes."""

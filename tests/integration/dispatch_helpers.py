@@ -35,13 +35,13 @@ from dispatcher.wire import (
     parse_wait_record,
     wait_id_for,
 )
-from loadtest.compare import create_topic as create_and_wait
-from loadtest.crash_observe import (  # noqa: F401 - re-exported for the tests
+from loadtest.harness.observe import (  # noqa: F401 - re-exported for the tests
     committed_offsets,
     end_offsets,
     fully_committed,
     topic_partitions,
 )
+from loadtest.harness.topics import create_topic as create_and_wait
 
 LARGE_RECORD_BYTES = 4 * 1024 * 1024
 # What the engine logs once it holds partitions ("partitions assigned: none" holds none).

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
+from dispatch_helpers import create_topic
 from typer.testing import CliRunner, Result
 
 from dispatcher import wire
@@ -129,13 +130,8 @@ def dlq(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Dlq:
     ]
 
     async def fill() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(orders, 3, 1), NewTopic(refunds, 1, 1),
-                                       NewTopic(dlq_topic, 2, 1)])
-        finally:
-            await admin.close()
+        for topic, partitions in ((orders, 3), (refunds, 1), (dlq_topic, 2)):
+            await create_topic(kafka_bootstrap, topic, partitions)
         await produce_dlq_records(kafka_bootstrap, group, sources, junk_partition=1)
 
     asyncio.run(fill())

@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic
 from pyspark.sql import SparkSession
 
 from dispatcher.wire import (
@@ -61,18 +61,9 @@ class WaitTopic:
         asyncio.run(self._create_topics(wait_partitions, dlq_configs or {}))
 
     async def _create_topics(self, wait_partitions: int, dlq_configs: dict[str, str]) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics(
-                [
-                    NewTopic(self.wait_topic, wait_partitions, 1,
-                             topic_configs={"cleanup.policy": "compact"}),
-                    NewTopic(self.dlq_topic, 1, 1, topic_configs=dlq_configs),
-                ]
-            )
-        finally:
-            await admin.close()
+        await create_topic(self.bootstrap, self.wait_topic, wait_partitions,
+                           {"cleanup.policy": "compact"})
+        await create_topic(self.bootstrap, self.dlq_topic, 1, dlq_configs)
 
     def config(self, **overrides: object) -> ReconcileConfig:
         options: dict[str, object] = {

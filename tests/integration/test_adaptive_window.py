@@ -11,11 +11,11 @@ import aiohttp
 import pytest
 from dispatch_helpers import create_topic, pod_settings, run_pod_until
 
-from dispatcher.devstack.stack import free_port
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import ERROR_STATUS, parse_model
-from loadtest.measure import metric_sum, parse_metrics
+from dispatcher.ports import free_port
+from loadtest.harness.measure import metric_sum, parse_metrics
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import ERROR_STATUS, parse_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

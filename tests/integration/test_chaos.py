@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.devstack.stack import LocalStack
-from loadtest.chaos import SCENARIOS, run_chaos
-from loadtest.crash_account import Outcome
+from devstack.stack import LocalStack
+from loadtest.faults.chaos import SCENARIOS, run_chaos
+from loadtest.harness.accounting import Outcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -22,6 +22,6 @@ async def test_the_short_fault_suite_loses_nothing(
 ) -> None:
     [result] = await run_chaos(kafka_bootstrap, tmp_path, "short", [scenario], print,
                                stack=local_stack)
-    assert result.account.outcomes[Outcome.LOST] == 0
+    assert result.account.count(Outcome.LOST) == 0
     assert result.ok, result.row()
     assert result.records > 0

@@ -1,4 +1,4 @@
-"""The class archive on a real JVM: `python -m spark_jobs.class_archive` builds it with no
+"""The class archive on a real JVM: `python -m devstack.class_archive` builds it with no
 service running, and a JVM started with it maps Spark's and the Kafka connector's classes from
 it instead of loading them from the jars."""
 
@@ -41,13 +41,13 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_built_archive_serves_spark_and_connector_classes(tmp_path: Path) -> None:
-    built = _run(["-m", "spark_jobs.class_archive", "--dir", str(tmp_path / "cds")])
+    built = _run(["-m", "devstack.class_archive", "--dir", str(tmp_path / "cds")])
     assert built.returncode == 0, built.stderr[-3000:]
     assert "Spark class archive:" in built.stdout
     assert sorted(p.name for p in (tmp_path / "cds").iterdir()) == [
         "reconcile.jsa", "reconcile.stamp.json"]  # the training's files are gone
 
-    again = _run(["-m", "spark_jobs.class_archive", "--dir", str(tmp_path / "cds"), "--if-stale"])
+    again = _run(["-m", "devstack.class_archive", "--dir", str(tmp_path / "cds"), "--if-stale"])
     assert again.returncode == 0
     assert "current" in again.stdout
 
@@ -65,7 +65,7 @@ def test_a_built_archive_serves_spark_and_connector_classes(tmp_path: Path) -> N
 
 def test_a_session_already_in_the_process_is_refused(tmp_path: Path) -> None:
     script = ("from spark_jobs.session import build_session, SparkSettings\n"
-              "from spark_jobs.class_archive import build_class_archive, ClassArchiveError\n"
+              "from devstack.class_archive import build_class_archive, ClassArchiveError\n"
               "from pathlib import Path\nimport sys\n"
               "spark = build_session(SparkSettings(master='local[1]'))\n"
               "try:\n    build_class_archive(directory=Path(sys.argv[1]))\n"

@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from loadtest.counterparty import MockCounterparty
-from loadtest.latency import parse_model
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.latency import parse_model
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 
 # The machine is shared and noisy: delays may run long, never short.
 LATE_TOLERANCE_S = 1.0

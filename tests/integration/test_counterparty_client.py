@@ -21,7 +21,7 @@ from dispatcher.pod.counterparty import (
 )
 from dispatcher.pod.outcome import CallOutcome
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.crash_account import Outcome
-from loadtest.crash_demo import RECORDS, run_crash_demo
+from loadtest.faults.crash_demo import RECORDS, run_crash_demo
+from loadtest.harness.accounting import Outcome
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.mark.timeout(600)

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic
 from dlq_helpers import (
     EXPIRED,
     TIMEOUT,
@@ -192,15 +192,7 @@ def test_replay_to_another_topic_and_again_deliberately(
 ) -> None:
     staging = unique_name("staging")
 
-    async def create() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=dlq.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(staging, 1, 1)])
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
+    asyncio.run(create_topic(dlq.bootstrap, staging, 1))
     to_staging = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
                           "--to-topic", staging, "--yes")
     assert to_staging["replayed_by_target"] == {staging: 1}

@@ -39,9 +39,9 @@ from dispatcher.kafka.clients import PARTITION_FETCH_BYTES
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.settle import source_record
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC, wait_id_for
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import parse_model
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import parse_model
 
 pytestmark = pytest.mark.integration
 

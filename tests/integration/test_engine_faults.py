@@ -28,11 +28,11 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.stack import LocalStack
+from devstack.stack import LocalStack
 from dispatcher.pod.calls import prepared_ahead
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import parse_model
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import parse_model
 
 pytestmark = pytest.mark.integration
 

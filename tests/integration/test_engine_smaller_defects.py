@@ -28,8 +28,8 @@ from dispatch_helpers import (
 
 from dispatcher.pod import runner
 from dispatcher.wire import wait_id_for
-from loadtest.chaos_corpus import OddRecord, RawHeaderName, send_raw
-from loadtest.generator import produce
+from loadtest.faults.corpus import OddRecord, RawHeaderName, send_raw
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from dispatch_helpers import (
 
 from dispatcher.errors import ConfigError
 from dispatcher.pod.runner import run_pod
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

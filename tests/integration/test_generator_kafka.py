@@ -10,24 +10,14 @@ from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic
 from typer.testing import CliRunner
 
 from dispatcher.errors import ProduceError
 from loadtest.cli import app
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
-
-
-async def create_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                            replication_factor=1)])
-    finally:
-        await admin.close()
 
 
 async def consume_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:

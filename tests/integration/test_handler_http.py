@@ -26,9 +26,9 @@ from dispatcher.handlers.httpx_handler import HttpxHandler
 from dispatcher.handlers.invoke import HandlerCounterparty
 from dispatcher.pod.outcome import CallOutcome, RetryPolicy
 from dispatcher.pod.settings import load_settings
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import FixedLatency, LatencyModel
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import FixedLatency, LatencyModel
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dispatcher.devstack.stack import free_port
+from dispatcher.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

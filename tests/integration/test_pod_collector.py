@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from dispatch_helpers import RecordingCounterparty, create_topic, pod_settings, run_pod_until
 
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ import pytest
 from dispatch_helpers import DispatcherProcess, create_topic, dispatch_argv, wait_until
 from observability_refs import family, is_job_metric, metric_names_used
 
-from dispatcher.devstack.stack import free_port
-from loadtest.counterparty import MockCounterparty
-from loadtest.generator import produce
-from loadtest.latency import parse_model
-from loadtest.measure import histogram_buckets, metric_sum, parse_metrics
+from dispatcher.ports import free_port
+from loadtest.harness.measure import histogram_buckets, metric_sum, parse_metrics
+from loadtest.mock.counterparty import MockCounterparty
+from loadtest.mock.generator import produce
+from loadtest.mock.latency import parse_model
 
 pytestmark = pytest.mark.integration
 

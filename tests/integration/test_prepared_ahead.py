@@ -32,7 +32,7 @@ from dispatch_helpers import (
 )
 
 from dispatcher.wire import parse_wait_record
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

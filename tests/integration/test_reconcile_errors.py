@@ -13,7 +13,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from reconcile_helpers import WaitTopic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]  # `reconcile --once` starts a JVM
 
 FAILURE_EXIT_CODE = 1  # docs/RECONCILE.md: "1 when the job fails"
 

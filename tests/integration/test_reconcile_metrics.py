@@ -14,10 +14,10 @@ from observability_refs import family, is_job_metric, metric_names_used
 from pyspark.sql import SparkSession
 from reconcile_helpers import WaitTopic
 
-from loadtest.measure import parse_metrics
+from loadtest.harness.measure import parse_metrics
 from spark_jobs.reconcile import ReconcileJob
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def _scrape(port: int | None) -> str:

@@ -25,8 +25,9 @@ from reconcile_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.stack import PostgresService, free_port
+from devstack.stack import PostgresService
 from dispatcher.errors import ConfigError
+from dispatcher.ports import free_port
 from dispatcher.wire import parse_dlq_record
 from spark_jobs.config import ReconcileConfig, parse_kafka_options
 from spark_jobs.reconcile import ReconcileJob

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic
 
 from connectors.rows import WaitEvent
 from connectors.sink import apply_batch
@@ -219,20 +219,11 @@ async def read_partition(bootstrap: str, topic: str, expected: int) -> list[Any]
         await consumer.stop()
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
-
-
 async def test_expire_once_sends_each_expired_row_once(
     pg_dsn: str, kafka_bootstrap: str, registry: Registry
 ) -> None:
-    await create_topic(kafka_bootstrap, registry.dlq_topic)
-    await create_topic(kafka_bootstrap, registry.wait_topic)
+    await create_topic(kafka_bootstrap, registry.dlq_topic, 1)
+    await create_topic(kafka_bootstrap, registry.wait_topic, 1)
     past = datetime.now(UTC) - timedelta(minutes=1)
     originals = [source(i) for i in range(7)]
     expired_ids = {registry.open_wait(original, past) for original in originals}

@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from reconcile_helpers import WaitTopic, service_of_its_own
 
-from dispatcher.devstack.processes import free_ports
-from dispatcher.devstack.spark import SparkClusterService, SparkPorts, spark_home
+from devstack.spark import SparkClusterService, SparkPorts, spark_home
 from dispatcher.paths import REPO_ROOT, spark_jars_dir
+from dispatcher.ports import free_ports
 from dispatcher.wire import OutgoingRecord, parse_dlq_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]

@@ -15,11 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dispatch_helpers import create_topic
 
-from dispatcher.devstack.processes import pid_alive
-from dispatcher.devstack.stack import KafkaService, LocalStack, StackPorts, free_port
+from devstack.processes import pid_alive
+from devstack.stack import KafkaService, LocalStack, StackPorts
 from dispatcher.errors import StackError
+from dispatcher.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +30,7 @@ async def test_kafka_round_trips_binary_keys_and_headers_with_committed_offsets(
 ) -> None:
     """Records with binary keys/headers come back intact through a group that commits."""
     topic, group = unique_name("smoke"), unique_name("smoke-group")
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka_bootstrap, topic, 2)
     sent = [(bytes([i, 0xFF, 0x00, 0x80]), f"value-{i}".encode(),
              [("bin", bytes([0xC3, 0x28, i])), ("text", "ünïcode".encode())]) for i in range(20)]
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",

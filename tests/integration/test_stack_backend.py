@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dispatcher.devstack.containers import STACK_ENV, TESTCONTAINERS, docker_unavailable_reason
+from devstack.containers import STACK_ENV, TESTCONTAINERS, docker_unavailable_reason
 
 pytestmark = pytest.mark.integration
 

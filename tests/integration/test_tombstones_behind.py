@@ -20,7 +20,7 @@ from dispatch_helpers import (
 from dispatcher.kafka.clients import AckedWriter
 from dispatcher.pod.calls import prepared_ahead
 from dispatcher.wire import OutgoingRecord
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from loadtest.generator import produce
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

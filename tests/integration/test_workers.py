@@ -24,9 +24,9 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.processes import free_port
-from loadtest.generator import produce
-from loadtest.measure import metric_sum, parse_metrics
+from dispatcher.ports import free_port
+from loadtest.harness.measure import metric_sum, parse_metrics
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

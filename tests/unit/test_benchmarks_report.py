@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.compare import RunResult, saturation_lines
-from loadtest.report import KEEP_MARKER, write_benchmarks
+from loadtest.bench.compare import RunResult, saturation_lines
+from loadtest.bench.report import KEEP_MARKER, write_benchmarks
 
 pytestmark = pytest.mark.unit
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 class_archive = pytest.importorskip("spark_jobs.class_archive")
+training = pytest.importorskip("devstack.class_archive")
 session = pytest.importorskip("spark_jobs.session")
 
 from connectors.rows import WaitEvent, plan_batch  # noqa: E402
@@ -98,7 +99,7 @@ def test_no_java_no_stamped_jvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_the_training_records_are_the_dispatchers_and_all_accepted() -> None:
-    rows = list(class_archive.training_rows(200))
+    rows = list(training.training_rows(200))
     events = [WaitEvent(wait_topic=topic, partition=partition, offset=offset, key=key,
                         value=value, headers=tuple(headers), timestamp_ms=0)
               for key, value, topic, partition, offset, _ts, _type, headers in rows]  # fmt: skip

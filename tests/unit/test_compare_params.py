@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.errors import ConfigError
-from loadtest.compare import RunResult, effective_window, overhead_lines
-from loadtest.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
+from loadtest.bench.compare import RunResult, effective_window, overhead_lines
+from loadtest.bench.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from loadtest.crash_account import AtTheKill, Coordinates, Observed, Outcome, account
-from loadtest.crash_demo import CrashReport
+from loadtest.faults.crash_demo import CrashReport
+from loadtest.harness.accounting import AtTheKill, Coordinates, Observed, Outcome, account
 
 pytestmark = pytest.mark.unit
 
@@ -16,8 +16,8 @@ def _report(second_calls: int) -> CrashReport:
     ids = [uuid.uuid4() for _ in range(4)]
     observed = Observed(
         inputs={w: Coordinates(0, o) for o, w in enumerate(ids)}, window=1, most_open=1,
-        at_kill=AtTheKill(committed={0: 2}, prepared=frozenset(ids[:3]),
-                          closed=frozenset(ids[:2])),
+        kills=(AtTheKill(committed={0: 2}, prepared=frozenset(ids[:3]),
+                         closed=frozenset(ids[:2])),),
         calls={str(ids[0]): 1, str(ids[1]): 1, str(ids[2]): second_calls, str(ids[3]): 1},
         dlq={ids[1]: ["TimeoutError"]}, open_at_end=frozenset(),
     )  # fmt: skip

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.devstack import processes
-from dispatcher.devstack.processes import ephemeral_port_range, free_ports, port_is_free
+from dispatcher import ports
+from dispatcher.ports import ephemeral_port_range, free_ports, port_is_free
 
 pytestmark = pytest.mark.unit
 
@@ -27,7 +27,7 @@ def test_free_ports_are_distinct_free_and_outside_the_ephemeral_range() -> None:
 def test_the_range_is_read_from_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "ip_local_port_range"
     fake.write_text("40000\t50000\n")
-    monkeypatch.setattr(processes, "EPHEMERAL_RANGE_PATH", fake)
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE_PATH", fake)
     assert ephemeral_port_range() == (40000, 50000)
     assert all(port < 40000 or port > 50000 for port in free_ports(4))
 
@@ -35,11 +35,11 @@ def test_the_range_is_read_from_the_kernel(tmp_path: Path, monkeypatch: pytest.M
 def test_a_missing_or_garbled_range_falls_back_to_linux_defaults(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(processes, "EPHEMERAL_RANGE_PATH", tmp_path / "absent")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE_PATH", tmp_path / "absent")
     assert ephemeral_port_range() == (32768, 60999)
     garbled = tmp_path / "garbled"
     garbled.write_text("not ports\n")
-    monkeypatch.setattr(processes, "EPHEMERAL_RANGE_PATH", garbled)
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE_PATH", garbled)
     assert ephemeral_port_range() == (32768, 60999)
 
 
@@ -53,5 +53,5 @@ def test_a_port_taken_by_an_outgoing_connection_is_not_handed_out(
         taken = client.getsockname()[1]
         assert not port_is_free(taken)
         candidates = iter([taken, taken, 1500])
-        monkeypatch.setattr(processes, "_candidate_port", lambda _low, _high: next(candidates))
+        monkeypatch.setattr(ports, "_candidate_port", lambda _low, _high: next(candidates))
         assert free_ports(1) == [1500]

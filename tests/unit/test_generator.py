@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
-from loadtest.generator import REFERENCE_OPERATION_DATE, make_record, produce
-from loadtest.latency import parse_model
+from loadtest.mock.generator import REFERENCE_OPERATION_DATE, make_record, produce
+from loadtest.mock.latency import parse_model
 
 pytestmark = pytest.mark.unit
 

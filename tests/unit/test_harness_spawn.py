@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.compare import spawn
+from loadtest.harness.processes import spawn
 
 pytestmark = pytest.mark.unit
 

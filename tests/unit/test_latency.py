@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dispatcher.errors import ConfigError
 from loadtest.cli import app
-from loadtest.latency import (
+from loadtest.mock.latency import (
     Decision,
     FixedLatency,
     LatencyModel,

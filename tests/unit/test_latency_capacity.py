@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
-from loadtest.latency import ERROR_STATUS, OK_STATUS, FixedLatency, LatencyModel, parse_model
+from loadtest.mock.latency import ERROR_STATUS, OK_STATUS, FixedLatency, LatencyModel, parse_model
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtest.measure import (
+from loadtest.bench.scenarios import SCENARIOS, get_scenario
+from loadtest.harness.measure import (
     Sample,
     histogram_buckets,
     histogram_quantile,
@@ -16,7 +17,6 @@ from loadtest.measure import (
     parse_metrics,
     steady_state,
 )
-from loadtest.scenarios import SCENARIOS, get_scenario
 
 pytestmark = pytest.mark.unit
 
@@ -91,7 +91,7 @@ def test_histogram_quantile_stays_within_the_bucket_bounds(counts: list[int], q:
 
 
 def test_every_scenario_run_has_a_known_mode_and_a_parsable_model() -> None:
-    from loadtest.latency import parse_model
+    from loadtest.mock.latency import parse_model
 
     for scenario in SCENARIOS.values():
         for run in scenario.runs:

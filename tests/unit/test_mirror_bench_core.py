@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.errors import ConfigError
-from loadtest.compare import write_json
-from loadtest.mirror_bench_core import (
+from loadtest.bench.compare import write_json
+from loadtest.bench.mirror_bench_core import (
     MirrorBenchRow,
     MirrorBenchSpec,
     VisibleSample,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from devstack.kafka import KafkaService
 from dispatcher import paths
-from dispatcher.devstack.kafka import KafkaService
 from dispatcher.endpoints import connection_file
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,240 @@
+"""The fault suite's rig: real `waitline dispatch` pods and a real mock counterparty as
+processes, and everything the account needs read from outside them (calls per Idempotency-Key at
+the counterparty, the wait topic and the DLQ from Kafka, the group's committed offsets sampled
+over time for commit stalls and recovery times)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import aiohttp
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from dispatcher.ports import free_port
+from loadtest.harness.accounting import Account, Allowed, AtTheKill, Observed, account
+from loadtest.harness.observe import (
+    committed_offsets,
+    end_offsets,
+    input_records,
+    read_dlq_exceptions,
+    read_wait_topic,
+)
+from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+
+SAMPLE_EVERY_S = 0.5
+
+
+@dataclass
+class CommitWatch:
+    """The group's committed offsets and the topic's end, summed over partitions, sampled."""
+
+    bootstrap: str
+    group: str
+    topic: str
+    samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, committed, end)
+
+    async def run(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        await admin.start()
+        await consumer.start()
+        try:
+            while True:
+                with contextlib.suppress(KafkaError, OSError, asyncio.TimeoutError):
+                    async with asyncio.timeout(5):
+                        offsets = await admin.list_consumer_group_offsets(self.group)
+                        ours = {tp: meta for tp, meta in offsets.items() if tp.topic == self.topic}
+                        ends = await consumer.end_offsets(list(ours)) if ours else {}
+                        self.samples.append((time.monotonic(),
+                                             sum(max(m.offset, 0) for m in ours.values()),
+                                             sum(ends.values())))
+                await asyncio.sleep(SAMPLE_EVERY_S)
+        finally:
+            await consumer.stop()
+            await admin.close()
+
+    def committed_now(self) -> int:
+        return self.samples[-1][1] if self.samples else 0
+
+    def max_stall_s(self) -> float:
+        """The longest time the committed total stood still while records were uncommitted."""
+        longest, since = 0.0, None
+        for (t, committed, end), (_t0, before, _e0) in zip(self.samples[1:], self.samples,
+                                                             strict=False):
+            if committed == before and committed < end:
+                since = since if since is not None else _t0
+                longest = max(longest, t - since)
+            else:
+                since = None
+        return longest
+
+    def recovery_s(self, fault_ended_at: float) -> float | None:
+        """From the end of a fault to the first commit that moved past it; None if none did."""
+        before = [c for t, c, _ in self.samples if t <= fault_ended_at]
+        baseline = before[-1] if before else 0
+        moved = [t for t, c, _ in self.samples if t > fault_ended_at and c > baseline]
+        return moved[0] - fault_ended_at if moved else None
+
+
+class Rig:
+    """One scenario's processes and topics: `async with Rig(...) as rig:`."""
+
+    def __init__(self, bootstrap: str, work_dir: Path, tag: str, *, model: str,
+                 say: Callable[[str], None]) -> None:
+        self.bootstrap, self.work_dir, self.tag, self.say = bootstrap, work_dir, tag, say
+        self.topic = self.group = tag
+        self.model = model
+        self.mock_port = free_port()
+        self.mock_url = f"http://127.0.0.1:{self.mock_port}/"
+        self.watch = CommitWatch(bootstrap, self.group, self.topic)
+        self.kills: list[AtTheKill] = []
+        self.pods: dict[str, subprocess.Popen[bytes]] = {}
+        self.exits: dict[str, int] = {}  # pod name -> exit code, for pods stopped or dead
+        self._mock: subprocess.Popen[bytes] | None = None
+        self._mock_starts = 0
+        self._calls: Counter[str] = Counter()  # of mock processes already stopped
+        self._session = aiohttp.ClientSession()
+        self._watch_task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        await asyncio.to_thread(self.work_dir.mkdir, parents=True, exist_ok=True)
+        await self.start_mock()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        for pod in self.pods.values():
+            pod.kill()
+            pod.wait()
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+        if self._mock is not None:
+            stop(self._mock)
+        await self._session.close()
+
+    def watch_commits(self) -> None:
+        self._watch_task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
+
+    def _calls_file(self) -> Path:
+        """Where the current counterparty process writes its final calls per key."""
+        return self.work_dir / f"{self.tag}-mock{self._mock_starts}-calls.json"
+
+    async def start_mock(self) -> None:
+        self._mock_starts += 1
+        log = self.work_dir / f"{self.tag}-mock{self._mock_starts}.log"
+        self._mock = spawn(["loadtest", "counterparty", "--model", self.model, "--port",
+                            str(self.mock_port), "--record-keys", "--calls-file",
+                            str(self._calls_file())], log)
+        await wait_http(self._session, f"{self.mock_url}stats", self._mock, log)
+
+    async def stop_mock(self) -> None:
+        """Stop the counterparty (its port then refuses connections), keeping its calls: the
+        final count it writes once stopped (a call can arrive until then)."""
+        if self._mock is not None:
+            await asyncio.to_thread(stop, self._mock)
+            if self._mock.returncode != 0:
+                raise HarnessError(f"{self.tag}: the mock counterparty exited with "
+                                   f"{self._mock.returncode}; see {self.work_dir}")
+            text = await asyncio.to_thread(self._calls_file().read_text)
+            self._calls.update({str(k): int(n) for k, n in json.loads(text)["calls"].items()})
+            self._mock = None
+
+    async def calls_seen(self) -> int:
+        """Calls the current counterparty process has seen (arrivals)."""
+        return await mock_calls_seen(self._session, self.mock_url)
+
+    async def wait_for_calls(self, at_least: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (seen := await self.calls_seen()) < at_least:
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{self.tag}: {seen} calls after {timeout_s:.0f} s, expected "
+                                   f"{at_least}; see {self.work_dir}")
+            self.check_pods_alive()
+            await asyncio.sleep(0.1)
+
+    def start_pod(self, name: str, *flags: str) -> None:
+        argv = ["dispatch", "--input-topic", self.topic, "--group", self.group,
+                "--counterparty-url", self.mock_url, "--bootstrap-servers", self.bootstrap,
+                "--commit-interval", "500ms", *flags]
+        self.pods[name] = spawn(argv, self.work_dir / f"{self.tag}-{name}.log")
+
+    def check_pods_alive(self) -> None:
+        for name, pod in self.pods.items():
+            if pod.poll() is not None:
+                log = self.work_dir / f"{self.tag}-{name}.log"
+                raise HarnessError(f"{self.tag}: pod {name} exited with {pod.returncode} "
+                                   f"unasked; see {log}")
+
+    async def kill_pod(self, name: str) -> None:
+        """kill -9, then note what the next pod starts from and what this one left behind."""
+        pod = self.pods.pop(name)
+        pod.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(pod.wait)
+        self.exits[name] = pod.returncode
+        wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
+        self.kills.append(AtTheKill(
+            committed=await committed_offsets(self.bootstrap, self.group, self.topic),
+            prepared=wait.seen, closed=wait.closed))
+
+    async def wait_joined(self, name: str, timeout_s: float = 60.0) -> None:
+        """Until the pod has joined its group (a SIGTERM before its signal handlers are set
+        would just end the process, which is no test of the pod)."""
+        log, deadline = self.work_dir / f"{self.tag}-{name}.log", time.monotonic() + timeout_s
+        while "partitions assigned" not in await asyncio.to_thread(log.read_text,
+                                                                   errors="replace"):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{self.tag}: pod {name} did not join its group within "
+                                   f"{timeout_s:.0f} s; see {log}")
+            self.check_pods_alive()
+            await asyncio.sleep(0.2)
+
+    async def stop_pod(self, name: str, timeout_s: float = 90.0) -> int:
+        """SIGTERM once the pod has joined; its exit code (also kept in `exits`)."""
+        await self.wait_joined(name)
+        pod = self.pods.pop(name)
+        pod.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(pod.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            pod.kill()
+            code = await asyncio.to_thread(pod.wait)
+        self.exits[name] = code
+        return code
+
+    async def wait_fully_committed(self, timeout_s: float) -> None:
+        """Until the group has committed every partition to its end (production is over)."""
+        ends = await end_offsets(self.bootstrap, self.topic)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            committed = await committed_offsets(self.bootstrap, self.group, self.topic)
+            if all(committed.get(p, 0) >= end for p, end in ends.items()):
+                return
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{self.tag}: not fully committed after {timeout_s:.0f} s "
+                                   f"(committed {committed}, ends {ends})")
+            self.check_pods_alive()
+            await asyncio.sleep(0.5)
+
+    async def account(self, window: int, allowed: Allowed) -> tuple[int, Account]:
+        await self.stop_mock()
+        inputs = await input_records(self.bootstrap, self.group, self.topic)
+        observed = Observed(
+            inputs=inputs, window=window, kills=tuple(self.kills), calls=dict(self._calls),
+            dlq=await read_dlq_exceptions(self.bootstrap, f"{self.group}.dlq", self.group),
+            open_at_end=(await read_wait_topic(self.bootstrap, f"{self.group}.wait")).open)
+        return len(inputs), account(observed, allowed)

@@ -1,0 +1,84 @@
+"""The processes of a load-test run: `waitline` children started and stopped, their HTTP
+endpoints awaited, and their `/metrics` and `/stats` read."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from dispatcher.errors import WaitlineError
+from loadtest.harness.measure import parse_metrics
+
+
+class HarnessError(WaitlineError):
+    """A load-test run could not be carried out (a process died, nothing was measured)."""
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `python -m dispatcher` child: this one, plus `extra`.
+
+    The child imports `dispatcher` from where this process does (PYTHONPATH, else the installed
+    package): PYTHONSAFEPATH keeps `python -m` from putting the working directory first, where
+    another checkout's package would shadow it (an A/B against a worktree ran the same code
+    twice that way)."""
+    return {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
+
+
+def spawn(args: list[str], log_path: Path,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`waitline <args>` as a process logging to `log_path`; `env` adds to `child_env()`."""
+    with log_path.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=child_env(env))
+
+
+def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def get_metrics(session: aiohttp.ClientSession,
+                      url: str) -> dict[tuple[str, str], float]:
+    """The pod's `/metrics`, parsed."""
+    async with session.get(url) as response:
+        return parse_metrics(await response.text())
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, object]:
+    async with session.get(url) as response:
+        data: dict[str, object] = await response.json()
+        return data
+
+
+async def mock_calls_seen(session: aiohttp.ClientSession, mock_url: str) -> int:
+    """Calls the mock counterparty at `mock_url` has seen (arrivals), from its /stats."""
+    return int(str((await get_json(session, f"{mock_url}stats"))["requests"]))
+
+
+async def wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
+                     log_path: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = await asyncio.to_thread(log_path.read_text, errors="replace")
+            raise HarnessError(f"process exited with {process.returncode}; see {log_path}:\n"
+                               + tail[-2000:])
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as response:
+                if response.status < 500:
+                    return
+        await asyncio.sleep(0.2)
+    raise HarnessError(f"{url} did not answer within {timeout_s:.0f} s; see {log_path}")

@@ -1,0 +1,35 @@
+"""Topics for a load-test run: created, and visible in the broker's metadata before a pod starts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from dispatcher.errors import WaitlineError
+
+INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
+TOPIC_VISIBLE_TIMEOUT_S = 30.0
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTITIONS,
+                       configs: dict[str, str] | None = None) -> None:
+    """Create `topic` and return once the broker's metadata lists all its partitions: a pod
+    started at once checks its input topics there (a loaded broker updates it after the
+    create returned; pods then exited "input topic(s) not found")."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        deadline = time.monotonic() + TOPIC_VISIBLE_TIMEOUT_S
+        while True:
+            [described] = await admin.describe_topics([topic])
+            if described["error_code"] == 0 and len(described["partitions"]) == partitions:
+                return
+            if time.monotonic() > deadline:
+                raise WaitlineError(f"topic {topic} not in the broker's metadata "
+                                    f"{TOPIC_VISIBLE_TIMEOUT_S:.0f} s after its creation")
+            await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
