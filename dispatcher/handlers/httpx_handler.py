@@ -12,7 +12,7 @@ and run `waitline dispatch --handler myapp.handlers:payments`. `HttpxHandler` do
 client (its owner does); the config's TLS and connection settings are the client's business,
 while auth, headers, URL template and status rules apply as configured.
 
-It costs CPU: `python -m loadtest.client_bench` measured, in one run on a loaded 2-core
+It costs CPU: `python -m loadtest.bench.client_bench` measured, in one run on a loaded 2-core
 machine, 8.9 ms of client CPU per call at N = 50 (27 ms at N = 1000, with pool timeouts) for this
 handler on httpx's default transport, against 0.22 ms (0.34 ms) for the aiohttp default. Prefer
 the aiohttp handler unless you need httpx's features; an `httpx_aiohttp.AiohttpTransport` on

@@ -11,9 +11,9 @@ import typer
 
 from dispatcher.errors import ConfigError, FatalError, WaitlineError
 from dispatcher.flow.ordering import OrderingMode
-from dispatcher.logs import configure_logging
+from dispatcher.logs import LogFormat, configure_logging
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
-from dispatcher.pod.settings import EventLoop, LogFormat, Mode, load_settings
+from dispatcher.pod.settings import EventLoop, Mode, load_settings
 
 app = typer.Typer(add_completion=False)
 

@@ -5,8 +5,8 @@ the deadline): it returns a `CallOutcome`. It does propagate `asyncio.CancelledE
 `HttpCounterparty` is the HTTP implementation; `FunctionCounterparty` adapts a plain async
 function for tests and in-process fakes.
 
-Built on aiohttp directly, chosen by measurement (`python -m loadtest.client_bench`: client CPU
-per call against a loopback server at N = 50/200/1000 concurrent calls): httpx's default
+Built on aiohttp directly, chosen by measurement (`python -m loadtest.bench.client_bench`:
+client CPU per call against a loopback server at N = 50/200/1000 concurrent calls): httpx's default
 transport 4.8/3.8/16.3 ms, httpx over httpx-aiohttp 0.50/0.39/0.45 ms, plain aiohttp
 0.11/0.13/0.18 ms, this client 0.09/0.15/0.16 ms. The retry loop is written out here rather than
 run by tenacity's `AsyncRetrying`, which added about 0.1 ms of CPU to every call, retried or not.

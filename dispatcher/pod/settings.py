@@ -33,6 +33,7 @@ from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.topics import TopicConfig
+from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
 from dispatcher.pod.counterparty import CounterpartySettings
 
@@ -53,11 +54,6 @@ class EventLoop(enum.StrEnum):
     AUTO = "auto"  # uvloop when installed, else asyncio's own
     ASYNCIO = "asyncio"
     UVLOOP = "uvloop"
-
-
-class LogFormat(enum.StrEnum):
-    CONSOLE = "console"
-    JSON = "json"
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from dispatcher.devstack.processes import free_ports
 from dispatcher.pod.settings import DispatchSettings
+from dispatcher.ports import free_ports
 
 log = logging.getLogger(__name__)
 
