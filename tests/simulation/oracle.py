@@ -193,14 +193,13 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
     for wait_id, calls in _calls(log).items():
         if wait_id not in log.swept:
             continue
-        for call in calls:
-            if (call.pod in lived_on and call.ended is not None
-                    and call.outcome not in ("cancelled", "cut off")
-                    and (call.pod, wait_id) not in cut_off):
-                out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
-                           f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "
-                           "it; the sweep expired it")
-                break
+        call = calls[-1]  # the call whose wait record the sweep found open
+        if (call.pod in lived_on and call.ended is not None
+                and call.outcome not in ("cancelled", "cut off")
+                and (call.pod, wait_id) not in cut_off):
+            out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
+                       f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "
+                       "it; the sweep expired it")
     return out
 
 
@@ -267,7 +266,7 @@ def key_order(log: RunLog) -> list[str]:
         calls.sort(key=lambda c: c.started)
         for before, after in itertools.pairwise(calls):
             ended = before.ended if before.ended is not None else log.end_s
-            if after.started < ended:
+            if after.started < ended - 1e-6:
                 out.append(f"lane {lane}: {after.pod}'s call of @{after.offset} started at "
                            f"{after.started:.3f}s while {before.pod}'s call of "
                            f"@{before.offset} ran until {ended:.3f}s")
@@ -288,7 +287,7 @@ def window_bound(log: RunLog) -> list[str]:
     out = []
     for pod in log.pods:
         events = sorted([(c.started, 1) for c in log.calls if c.pod == pod.name]
-                        + [(c.ended if c.ended is not None else log.end_s, -1)
+                        + [((c.ended if c.ended is not None else log.end_s) - 1e-6, -1)
                            for c in log.calls if c.pod == pod.name],
                         key=lambda e: (e[0], e[1]))
         running = 0

@@ -302,6 +302,7 @@ class SimWriter:
         self._pod = pod
         self._faults = faults
         self._alive = alive
+        self._last_lands_at: dict[tuple[str, int], float] = {}
 
     async def write(self, topic: str, record: OutgoingRecord,
                     partition: int | None = None) -> int:
@@ -310,11 +311,20 @@ class SimWriter:
         if size > self._cluster.limits[topic]:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s limit")
         rng = self._cluster.rng
+        count = len(self._cluster.logs[topic])
+        if partition is None:
+            partition = (zlib.crc32(record.key) % count if record.key is not None
+                         else rng.randrange(count))
         delay = rng.uniform(*self._faults.latency_s)
         if rng.random() < self._faults.slow_rate:
             delay += self._faults.slow_s
+        # One producer's writes to one partition are acknowledged in the order they were sent
+        # (an idempotent producer): a write lands no earlier than the one sent before it.
+        lands_at = max(self._cluster.now + delay,
+                       self._last_lands_at.get((topic, partition), 0.0) + 1e-6)
+        self._last_lands_at[(topic, partition)] = lands_at
         try:
-            await asyncio.sleep(delay)
+            await asyncio.sleep(lands_at - self._cluster.now)
         except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
             self._cluster.cancelled_writes.append((self._pod, topic, record))
             raise
@@ -324,9 +334,5 @@ class SimWriter:
         if fatal_at is not None and self._cluster.now >= fatal_at:
             raise ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
                                "(injected)")
-        count = len(self._cluster.logs[topic])
-        if partition is None:
-            partition = (zlib.crc32(record.key) % count if record.key is not None
-                         else rng.randrange(count))
         self._cluster.append(topic, partition, record, written_by=self._pod)
         return partition
