@@ -10,6 +10,7 @@ the circuit from closing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from dispatcher.pod.calls import CallSlots
 from dispatcher.pod.circuit import Circuit
@@ -34,8 +35,11 @@ class Caller:
         self._circuit = circuit
 
     async def call(self, source: SourceRecord, wait_id: str, prepare: OutgoingRecord,
-                   wait_partition: int) -> tuple[CallOutcome, OutgoingRecord]:
-        """The outcome, and the newest wait record (the one its tombstone closes)."""
+                   wait_partition: int, still_ours: Callable[[], bool],
+                   ) -> tuple[CallOutcome, OutgoingRecord]:
+        """The outcome, and the newest wait record (the one its tombstone closes). A probe
+        is sent back to the line only while its partition is `still_ours()`: once revoked,
+        another pod calls its key, so it ends with its timeout (to the DLQ)."""
         # source.value is never None here: a null value goes to the DLQ before any call
         request = CallRequest(source.value or b"", idempotency_key_of(source.headers, wait_id),
                               source, wait_id)
@@ -48,9 +52,15 @@ class Caller:
             finally:
                 self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
-            if returned or probed is None or not probed.takes_back(outcome):
+            if (returned or probed is None or not still_ours()
+                    or not probed.takes_back(outcome)):
                 return outcome, prepare
             returned = True
             log.info("wait id %s: its probe call timed out and the circuit is still open: back "
                      "to the call line (once) instead of the DLQ", wait_id)
-            prepare = await self._prepares.call_again(source, wait_partition)
+            again = await self._prepares.call_again(source, wait_partition, still_ours)
+            if again is None:  # revoked while it waited: its timeout is its outcome
+                log.info("wait id %s: its partition was revoked while it waited to be called "
+                         "again; it goes to the DLQ with its timeout", wait_id)
+                return outcome, prepare
+            prepare = again

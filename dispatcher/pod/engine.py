@@ -111,6 +111,7 @@ class AtLeastOnceEngine:
         self._watermarks = PartitionWatermarks()
         self._unprepared: Unprepared = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
+        self._revoking: set[TopicPartitionKey] = set()  # revokes in progress
         # Record tasks in the order they started (a dict: a set's order would differ run to run,
         # and the simulator replays a seed exactly).
         self._tasks: dict[asyncio.Task[None], None] = {}
@@ -346,7 +347,10 @@ class AtLeastOnceEngine:
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
             wait_partition = prepared[1]
             wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
-            outcome, prepare = await self._caller.call(source, wait_id, called, wait_partition)
+            outcome, prepare = await self._caller.call(
+                source, wait_id, called, wait_partition,
+                lambda: pending.generation == self._generation[key]
+                and key not in self._revoking)
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(monotonic_s() - pending.fetched_at)
             self._free_slot_before_tombstone()
@@ -385,6 +389,7 @@ class AtLeastOnceEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         keys = [partition_key(tp) for tp in revoked]
+        self._revoking.update(keys)
         # One budget for the whole revoke, half the rebalance timeout: the rejoin needs the rest.
         ends_at = monotonic_s() + self._window.revoke_wait_s
         holes_s = self._window.revoke_wait_s
@@ -398,6 +403,7 @@ class AtLeastOnceEngine:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
             self._generation[key] += 1  # what is still running for it is now stale
+            self._revoking.discard(key)
             self._lag.forget(key)
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
 

@@ -82,19 +82,29 @@ class Preparer:
             return None
         return prepare
 
-    async def call_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
+    async def call_again(self, source: SourceRecord, partition: int,
+                         still_ours: Callable[[], bool]) -> OutgoingRecord | None:
         """A record already called goes back to the call line (a probe the outage timed out):
         its wait record is written again for the wait to come (and again each
-        `refresh_wait_record_s` of it), then it takes a slot and a token. A revoke does not
-        take it out: it was called, so the wait registry owns it."""
+        `refresh_wait_record_s` of it), then it takes a slot and a token; None if its
+        partition is revoked first (it is not called again: another pod owns its key)."""
         refresh_s = self._window.refresh_wait_record_s
+
+        def given_up() -> bool:
+            return not still_ours()
+
         while True:
             prepare = await self._write_again(source, partition)
-            if not await self._calls.acquire(refresh_s):
+            if not await self._calls.acquire(refresh_s, given_up):
+                if given_up():
+                    return None
                 continue
-            if self._rate is None or await self._rate.token(refresh_s):
+            if (self._rate is None or await self._rate.token(refresh_s, given_up)) and (
+                    not given_up()):
                 return prepare
             self._calls.release()
+            if given_up():
+                return None
 
     async def _write_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
         prepare = self._wait_record(source)

@@ -36,3 +36,15 @@ def test_a_partition_back_while_its_earlier_calls_still_run_starts_it_over() -> 
         write_faults=WriteFaults(latency_s=(0.0005, 0.2), slow_rate=0.05, slow_s=3.0)))
     assert [p.error for p in log.pods] == [None] * len(log.pods)
     assert check(log) == []
+
+
+def test_a_probe_sent_back_to_the_line_is_not_called_after_its_partition_moved() -> None:
+    """A circuit probe that timed out goes back to the call line once; if its partition is
+    revoked meanwhile it is not called again (another pod owns its key now): it ends with its
+    timeout, in the DLQ, and no two pods call one key at once."""
+    log = simulate(quiet({"ordering": "key", "deadline": 1.0, "concurrency": 4,
+                          "rebalance_timeout": 3.0,
+                          "circuit_breaker": "failure-rate=50%,window=2s,min-calls=2,open=1s"},
+                         records=30, keys=2, partitions=2, outage=(0.5, 8.0),
+                         events=[(5.0, "join")]))
+    assert check(log) == []
