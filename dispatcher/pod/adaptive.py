@@ -43,12 +43,12 @@ class AdaptiveWindow:
     def attempt_ended(self, result: CallResult, started_at: float) -> None:
         """The `AttemptObserver` the counterparty reports every attempt to."""
         change = self._limit.record(started_at, self._clock(), overload=result in OVERLOAD)
+        if self._limit.floor_s is not None:  # a round may move the floor and not the window
+            self._metrics.latency_floor.set(self._limit.floor_s)
         if change is None:
             return
         self._metrics.window.set(change.new)
         self._metrics.window_changes.labels(change.reason).inc()
-        if self._limit.floor_s is not None:
-            self._metrics.latency_floor.set(self._limit.floor_s)
         if change.reason == "overload":
             log.info("adaptive window %d -> %d: the counterparty sheds load (429/5xx/refused)",
                      change.old, change.new)
