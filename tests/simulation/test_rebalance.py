@@ -24,7 +24,8 @@ from world import INPUT, BeforeWrite, Call, Input, RunLog, World, quiet, simulat
 from dispatcher.kafka.seam import TopicPartition
 from dispatcher.wire import OutgoingRecord
 
-DEFAULTS = {"deadline": 60.0, "rebalance_timeout": 60.0, "wait_expiration": 3600.0}
+# the pod's defaults: deadline 60 s, rebalance timeout twice it plus 30 s, expiration 1 h
+DEFAULTS = {"deadline": 60.0, "rebalance_timeout": 150.0, "wait_expiration": 3600.0}
 HANG_S = 12.0  # the calls that hold the window (or the key's lane) while the second pod joins
 
 
