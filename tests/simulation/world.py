@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +25,7 @@ from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
 
 from dispatcher.handlers.loader import LoadedHandler
 from dispatcher.handlers.record import Record, Retryable
+from dispatcher.kafka.seam import AckedWrites
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.runner import open_engine
@@ -63,6 +64,14 @@ class Scenario:
     write_faults: WriteFaults
     clock_jump_s: float
     sweep_every_s: float
+    # A hand-written case's hooks (see `Input`, `Handle`, `BeforeWrite`, `Script`); the seeded
+    # draw leaves them unset.
+    inputs: list[Input] | None = None  # the input, written at the start, instead of drawn
+    handle: Handle | None = None  # the counterparty's answer to each call, instead of drawn
+    before_write: BeforeWrite | None = None  # awaited before each acknowledged write
+    script: Script | None = None  # what happens once the first pod runs, instead of `events`
+    topic_limits: dict[str, int] = field(default_factory=dict)  # max bytes by topic name
+    make_consumer: Callable[[SimCluster, str, int], SimConsumer] = SimConsumer
 
     def describe(self) -> str:
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(self.flags.items()))
@@ -71,6 +80,27 @@ class Scenario:
                 f"{self.keys} keys; {flags}; events: {events or 'none'}; outage "
                 f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; fatal write "
                 f"at {self.write_faults.fatal_at}")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input record of a hand-written case."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    partition: int = 0
+
+
+# The counterparty of a hand-written case: given the world, the call (as the counterparty sees
+# it) and the record, answer (a result or None) or raise, as a handler does.
+Handle = Callable[["World", "Call", Record], Awaitable[bytes | None]]
+# Awaited before a pod's acknowledged write (pod name, topic, record): holds it back, as a slow
+# broker would.
+BeforeWrite = Callable[["World", str, str, OutgoingRecord], Awaitable[None]]
+# A hand-written course of events, run once the first pod ("a") holds its partitions; the run
+# then goes on until every input record is committed, and stops every pod.
+Script = Callable[["World"], Awaitable[None]]
 
 
 def draw(seed: int) -> Scenario:
@@ -253,7 +283,11 @@ class World:
                 self.log.calls.append(call)
                 call.record = record  # type: ignore[attr-defined]  # keeps its id unique
             try:
-                outcome = await self._behave(self.rng.choices(names, weights)[0], deadline, call)
+                if self.scenario.handle is not None:
+                    outcome = await self.scenario.handle(self, call, record)
+                else:
+                    outcome = await self._behave(self.rng.choices(names, weights)[0], deadline,
+                                                 call)
             except asyncio.CancelledError:
                 call.ended = self.now
                 call.outcome = call.outcome or "cancelled"  # by the engine, unless it raised
@@ -298,9 +332,12 @@ class World:
     async def start_pod(self, name: str) -> PodRun:
         self._incarnations += 1
         member = f"{name}#{self._incarnations}"
-        consumer = SimConsumer(self.cluster, member, self.settings.window_size)
+        consumer = self.scenario.make_consumer(self.cluster, member, self.settings.window_size)
         pod = PodRun(member, consumer, asyncio.Event(), window=self.settings.window_size)
-        writer = SimWriter(self.cluster, member, self._faults_for(), lambda: pod.alive)
+        writer: AckedWrites = SimWriter(self.cluster, member, self._faults_for(),
+                                        lambda: pod.alive)
+        if self.scenario.before_write is not None:
+            writer = _HeldWriter(self, member, writer, self.scenario.before_write)
         handler = LoadedHandler("sim:handle", self._handler_for(pod))
         pod.task = asyncio.create_task(self._run_pod(pod, consumer, writer, handler),
                                        name=f"pod {member}")
@@ -314,7 +351,7 @@ class World:
         faults = self.scenario.write_faults
         return WriteFaults(faults.latency_s, faults.slow_rate, faults.slow_s, faults.fatal_at)
 
-    async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: SimWriter,
+    async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: AckedWrites,
                        handler: LoadedHandler) -> None:
         try:
             async with open_engine(self.settings, consumer=consumer, writer=writer,
@@ -364,6 +401,11 @@ class World:
 
     async def produce(self) -> None:
         scenario = self.scenario
+        if scenario.inputs is not None:
+            for one in scenario.inputs:
+                self.cluster.append(INPUT, one.partition,
+                                    OutgoingRecord(one.key, one.value, one.headers))
+            return
         gap = scenario.produce_over_s / max(1, scenario.records)
         for index in range(scenario.records):
             roll = self.rng.random()
@@ -429,15 +471,19 @@ class World:
     async def run(self) -> RunLog:
         scenario = self.scenario
         cluster = self.cluster
-        cluster.create_topic(INPUT, scenario.partitions)
-        cluster.create_topic(self.topics.wait_topic, 2, max_bytes=64 * 1024)
-        cluster.create_topic(self.topics.dlq_topic, 1, max_bytes=256 * 1024)
-        cluster.create_topic(f"{GROUP}.result", 1, max_bytes=RESULT_LIMIT_BYTES)
+        limits = scenario.topic_limits
+        cluster.create_topic(INPUT, scenario.partitions, max_bytes=limits.get(INPUT, 1_048_588))
+        for name, partitions, max_bytes in ((self.topics.wait_topic, 2, 64 * 1024),
+                                            (self.topics.dlq_topic, 1, 256 * 1024),
+                                            (f"{GROUP}.result", 1, RESULT_LIMIT_BYTES)):
+            cluster.create_topic(name, partitions, max_bytes=limits.get(name, max_bytes))
         self.log.fatal_injected = scenario.write_faults.fatal_at is not None
         producer = asyncio.create_task(self.produce(), name="producer")
         sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
         try:
             await self.start_pod("a")
+            if scenario.script is not None:
+                await scenario.script(self)
             started = self.now
             for at, what in scenario.events:
                 await asyncio.sleep(max(0.0, started + at - self.now))
@@ -486,6 +532,26 @@ class World:
 
     def _live_running(self) -> bool:
         return any(p.task is not None and not p.task.done() for p in self._live.values())
+
+
+class _HeldWriter:
+    """A pod's acknowledged writes, each after the scenario's `before_write` let it go."""
+
+    def __init__(self, world: World, pod: str, inner: AckedWrites, hold: BeforeWrite) -> None:
+        self._world, self._pod, self._inner, self._hold = world, pod, inner, hold
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        await self._hold(self._world, self._pod, topic, record)
+        return await self._inner.write(topic, record, partition)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 600.0,
+                step_s: float = 0.01) -> None:
+    """Wait (in virtual time) until `condition` holds; TimeoutError after `timeout_s`."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():  # noqa: ASYNC110 - any condition, polled in virtual time
+            await asyncio.sleep(step_s)
 
 
 def simulate(seed_or_scenario: int | Scenario) -> RunLog:

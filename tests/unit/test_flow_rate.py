@@ -120,3 +120,13 @@ def test_next_at_is_when_try_acquire_succeeds(rate: float, burst: int, now: floa
     ready_at = bucket.next_at(now)
     assert ready_at >= now
     assert bucket.try_acquire(ready_at)
+
+
+def test_an_invalid_rate_limit_flag_is_refused_naming_the_forms() -> None:
+    """The pod's settings refuse a bad `--rate-limit`, naming the flag and a valid form (moved
+    from the integration tier: it needs no broker)."""
+    from dispatcher.pod.settings import load_settings
+
+    with pytest.raises(ConfigError, match=r"--rate-limit.*500/s"):
+        load_settings(input_topic="t", group="g", counterparty_url="http://127.0.0.1:9/",
+                      bootstrap_servers="127.0.0.1:9", rate_limit="fast")

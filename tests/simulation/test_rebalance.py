@@ -1,0 +1,219 @@
+"""Rebalances on the simulated Kafka: a clean rebalance calls no record twice, also when the
+revoked partition has a hole (a record not yet called below one already called) or a prepare
+still under way; key order holds across the pods; records fetched while an assignment completes
+are committed. (Moved from the real-stack tests test_rebalance_holes.py, test_engine_defects.py
+and test_flow_control.py: the engine's logic, each case built on purpose and replayed exactly.)
+
+In the simulated group the partitions are dealt out in member order, so with two partitions a
+second pod joining takes partition 1: each case puts what it needs to move on partition 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from collections import Counter
+
+import pytest
+from cases import answer, by_value, calls_per_record, committed_to_end, inputs, open_calls
+from oracle import check
+from simkafka import SimCluster, SimConsumer
+from world import INPUT, BeforeWrite, Call, Input, RunLog, World, quiet, simulate, until
+
+from dispatcher.kafka.seam import TopicPartition
+from dispatcher.wire import OutgoingRecord
+
+# the pod's defaults: deadline 60 s, rebalance timeout twice it plus 30 s, expiration 1 h
+DEFAULTS = {"deadline": 60.0, "rebalance_timeout": 150.0, "wait_expiration": 3600.0}
+HANG_S = 12.0  # the calls that hold the window (or the key's lane) while the second pod joins
+
+
+def delayed_prepares(delays: dict[bytes, float]) -> BeforeWrite:
+    """Wait records written late for some values, by prefix: a broker slow for one partition
+    would hold them the same way."""
+    async def before_write(_world: World, _pod: str, topic: str,
+                           record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is not None:
+            for prefix, delay_s in delays.items():
+                if record.value.startswith(prefix):
+                    await asyncio.sleep(delay_s)
+
+    return before_write
+
+
+def repeated(log: RunLog) -> dict[bytes | None, int]:
+    """The records (by value) called more than once."""
+    value_of = {wid: value for value, wid in by_value(log).items()}
+    return {value_of[wid]: n for wid, n in calls_per_record(log).items() if n > 1}
+
+
+def revoked_with_the_hole(log: RunLog) -> bool:
+    """The first pod's partitions were revoked while the second joined (the group's second
+    generation), and the first pod then held partition 0 only."""
+    joined = log.pods[1].consumer.member_id
+    return (any(r.member == "a#1" for r in log.cluster.revokes) and joined == "b#2"
+            and TopicPartition(INPUT, 1) not in log.pods[0].consumer.assignment())
+
+
+def test_a_record_prepared_ahead_below_a_called_one_is_called_once() -> None:
+    """Window 3 (2 more prepared ahead). Partition 1: offset 0's wait record is slow (3 s),
+    offset 1 is prepared, called and done at once. Partition 0's three records then hold all
+    three slots for 12 s, so offset 0 waits, prepared ahead, for a slot (a hole below the
+    called offset 1) when the second pod joins and takes partition 1."""
+    async def hole_then_join(world: World) -> None:
+        quick = by_value(world.log)[b"quick"]
+        await until(lambda: any(c.wait_id == quick for c in world.log.calls)
+                    and open_calls(world.log) == 3)
+        await world.start_pod("b")
+
+    log = simulate(quiet(
+        {**DEFAULTS, "concurrency": 3}, partitions=2, script=hole_then_join,
+        inputs=[Input(b"a", b"slow", partition=1), Input(b"b", b"quick", partition=1),
+                *(Input(b"h%d" % i, b"hang-%d" % i, partition=0) for i in range(3))],
+        handle=answer(lambda v: HANG_S if v.startswith(b"hang") else 0.1),
+        # partition 0's prepares land after offset 1's, so offset 1 is called first
+        before_write=delayed_prepares({b"slow": 3.0, b"hang": 0.5})))
+
+    assert revoked_with_the_hole(log)
+    assert set(calls_per_record(log)) == set(by_value(log).values())
+    assert repeated(log) == {}
+    assert check(log) == []
+
+
+def test_a_record_waiting_for_its_turn_below_a_called_one_is_called_once() -> None:
+    """`--ordering key`: offset 0 (key a) hangs 12 s, offset 1 (key a) waits for its turn
+    behind it, offset 2 (key b) is called and done at once; offset 1 is a hole below the
+    called offset 2 when the second pod joins and takes the partition."""
+    async def hole_then_join(world: World) -> None:
+        quick = by_value(world.log)[b"quick"]
+        await until(lambda: any(c.wait_id == quick and c.ended is not None
+                                for c in world.log.calls) and open_calls(world.log) == 1)
+        await world.start_pod("b")
+
+    log = simulate(quiet(
+        {**DEFAULTS, "concurrency": 3, "ordering": "key"}, partitions=2, script=hole_then_join,
+        inputs=[Input(b"a", b"hang", partition=1), Input(b"a", b"behind", partition=1),
+                Input(b"b", b"quick", partition=1)],
+        handle=answer(lambda v: HANG_S if v == b"hang" else 0.1)))
+
+    assert revoked_with_the_hole(log)
+    assert set(calls_per_record(log)) == set(by_value(log).values())
+    assert repeated(log) == {}
+    assert check(log) == []
+
+
+def _slow_prepare_during_a_rebalance(flags: dict[str, float], delay_s: float) -> RunLog:
+    """Two partitions of 30 records (calls of 0.3 s, window 4); partition 1's offset 3 has a
+    wait record that takes `delay_s` to be acknowledged; a second pod joins while it is under
+    way and takes partition 1."""
+    async def join_during_the_prepare(world: World) -> None:
+        await until(lambda: bool(started))
+        await world.start_pod("b")
+
+    started: list[float] = []
+
+    async def before_write(world: World, _pod: str, topic: str, record: OutgoingRecord) -> None:
+        if (topic.endswith(".wait") and record.value == b"slow" and not started):
+            started.append(world.now)
+            await asyncio.sleep(delay_s)
+
+    return simulate(quiet(
+        {**DEFAULTS, "concurrency": 4, **flags}, partitions=2, script=join_during_the_prepare,
+        inputs=[Input(f"k{i}".encode(), b"slow" if (p, i) == (1, 3) else b"ok-%d-%d" % (p, i),
+                      partition=p) for p in (0, 1) for i in range(30)],
+        handle=answer(lambda _v: 0.3), before_write=before_write))
+
+
+def test_a_slow_prepare_during_a_rebalance_is_called_once_and_nothing_is_repeated() -> None:
+    """The revoke waits for the prepare within half the rebalance timeout (60 s): the member is
+    not kicked from its group, and nothing is called twice."""
+    log = _slow_prepare_during_a_rebalance({}, 14.0)
+    slow = by_value(log)[b"slow"]
+    assert set(calls_per_record(log)) == set(by_value(log).values())
+    assert calls_per_record(log)[slow] == 1
+    assert repeated(log) == {}
+    assert log.cluster.kicked == []
+    assert check(log) == []
+
+
+def test_a_prepare_that_outlives_the_revoke_is_called_once_by_the_next_owner() -> None:
+    """Rebalance timeout 8 s, a prepare of 7 s: the revoke stops waiting at 4 s; this pod must
+    not call the record (the next owner does). The records after it could not be committed past
+    it, so the next owner calls those again: the documented revoke bound, not avoidable."""
+    log = _slow_prepare_during_a_rebalance({"rebalance_timeout": 8.0}, 7.0)
+    slow = by_value(log)[b"slow"]
+    assert set(calls_per_record(log)) == set(by_value(log).values())
+    assert calls_per_record(log)[slow] == 1
+    assert [c.pod for c in log.calls if c.wait_id == slow] == ["b#2"]
+    offsets = {r.value: (r.partition, r.offset) for r in inputs(log)}
+    assert all(offsets[value][0] == 1 and offsets[value][1] > 3 for value in repeated(log))
+
+
+@pytest.mark.xfail(reason="found here (issue 32, 'a wait-record write that can land after a "
+                   "revoke'): the first pod's late prepare lands after the next owner's "
+                   "tombstone and reopens the record, which the sweep then expires into the DLQ "
+                   "though it was called", strict=True)
+def test_a_prepare_that_outlives_the_revoke_leaves_no_record_open() -> None:
+    log = _slow_prepare_during_a_rebalance({"rebalance_timeout": 8.0}, 7.0)
+    assert check(log) == []
+
+
+def test_key_ordering_holds_through_a_rebalance() -> None:
+    """`--ordering key`: records of one key are called one at a time, in offset order, also
+    while a second pod joins and takes partitions over; different keys still run together."""
+    keys, per_key, delay_s = 12, 25, 0.05
+
+    async def join_when_busy(world: World) -> None:
+        await until(lambda: len(world.log.calls) >= keys * 3)
+        await world.start_pod("b")
+
+    records = [Input(b"key-%d" % (i % keys), b"%d" % i,
+                     partition=zlib.crc32(b"key-%d" % (i % keys)) % 4)
+               for i in range(keys * per_key)]
+    log = simulate(quiet({**DEFAULTS, "concurrency": 50, "ordering": "key",
+                          "commit_interval": 0.2}, partitions=4, inputs=records,
+                         handle=answer(lambda _v: delay_s), script=join_when_busy))
+
+    assert {c.pod for c in log.calls} == {"a#1", "b#2"}
+    key_of = {r.value: r.key for r in inputs(log)}
+    value_of = {wid: value for value, wid in by_value(log).items()}
+    by_key: dict[bytes | None, list[Call]] = {}
+    for call in sorted(log.calls, key=lambda c: c.started):
+        by_key.setdefault(key_of[value_of[call.wait_id]], []).append(call)
+    assert sum(len(calls) for calls in by_key.values()) >= keys * per_key
+    for key, calls in by_key.items():
+        offsets = [c.offset for c in calls]
+        assert offsets == sorted(offsets), f"{key!r} called out of offset order"
+        gaps = [b.started - a.started for a, b in itertools.pairwise(calls)]
+        assert min(gaps) >= delay_s * 0.9, f"{key!r}: two calls overlapped ({min(gaps):.3f} s)"
+    most_at_once = Counter(round(c.started, 3) for c in log.calls).most_common(1)[0][1]
+    assert most_at_once > 1  # different keys run together
+    assert check(log) == []
+
+
+class _SlowCommittedConsumer(SimConsumer):
+    """Committed-offset look-ups that take a second, as on a loaded group coordinator."""
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        await asyncio.sleep(1.0)
+        return await super().committed(partition)
+
+
+def test_records_fetched_while_an_assignment_completes_are_committed() -> None:
+    """Issue 9 defect 1: on assignment the partition's generation was bumped while committed
+    offsets were read one partition at a time; a record fetched meanwhile carried the old
+    generation, its prepare was ignored and its partition never committed past it."""
+    async def slow_wait_writes(_world: World, _pod: str, topic: str,
+                               record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is not None:
+            await asyncio.sleep(1.0)
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        return _SlowCommittedConsumer(cluster, member, max_poll)
+
+    log = simulate(quiet(partitions=4, make_consumer=consumer, before_write=slow_wait_writes,
+                         inputs=[Input(b"k", b"%d" % i, partition=i % 4) for i in range(80)]))
+    assert committed_to_end(log)
+    assert len(calls_per_record(log)) == 80
+    assert check(log) == []

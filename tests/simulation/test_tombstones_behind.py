@@ -1,0 +1,51 @@
+"""Tombstones are written behind the window (issue 11, "closer to the bound at small N"), on
+the simulated Kafka: a record frees its window slot once its outcome is durable, not once its
+tombstone is acknowledged, and every tombstone is still written before the pod stops. (Moved
+from the real-stack test_tombstones_behind.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from cases import answer, calls_per_record, wait_topic
+from oracle import check
+from world import World, quiet, simulate, until
+
+from dispatcher.pod.calls import prepared_ahead
+from dispatcher.wire import OutgoingRecord
+
+WINDOW, RECORDS = 20, 60
+BEHIND = WINDOW // 10  # records that may write their tombstone outside the window
+AHEAD = prepared_ahead(WINDOW)  # records admitted beyond it, prepared ahead of a call slot
+
+
+def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
+    """Tombstone acknowledgements are held back: the window of 20 and its 2 records prepared
+    ahead still let 24 records be called (2, a tenth of the window, freed their slots for 2
+    more), and no more while the tombstones wait. When a slot was held until its tombstone,
+    only 22 calls arrived."""
+    gate = asyncio.Event()
+    called_while_held: list[int] = []
+
+    async def held_tombstones(_world: World, _pod: str, topic: str,
+                              record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is None:
+            await gate.wait()
+
+    async def hold_then_release(world: World) -> None:
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: len(world.log.calls) >= WINDOW + AHEAD + BEHIND, timeout_s=30)
+        await asyncio.sleep(0.5)
+        called_while_held.append(len(world.log.calls))
+        gate.set()
+
+    log = simulate(quiet({"concurrency": WINDOW}, partitions=2, records=RECORDS,
+                         handle=answer(lambda _v: 0.01), before_write=held_tombstones,
+                         script=hold_then_release))
+    assert called_while_held == [WINDOW + AHEAD + BEHIND]  # then the bound holds
+    assert len(calls_per_record(log)) == RECORDS
+    wait = wait_topic(log)
+    assert len(wait.prepares) == RECORDS
+    assert not wait.open_ids  # every tombstone written before the pod stopped
+    assert check(log) == []
