@@ -117,7 +117,6 @@ class AtLeastOnceEngine:
         self._tasks: dict[asyncio.Task[None], None] = {}
         # Outcome durable, tombstone being written: no window slot held (DESIGN.md, step 4).
         self._closing: set[asyncio.Task[Any]] = set()
-        self._closing_bound = tombstones_behind(window.concurrency)
         self._slot_freed = asyncio.Event()
         self._calls = CallSlots(
             self._call_limit,
@@ -294,7 +293,8 @@ class AtLeastOnceEngine:
     def _free_slot_before_tombstone(self) -> None:
         """Outcome durable: the slot is free while the tombstone is written (N / 10 at once)."""
         task = asyncio.current_task()
-        if task in self._tasks and len(self._closing) < self._closing_bound:
+        # The bound follows the window's current size (--concurrency auto), not its largest.
+        if task in self._tasks and len(self._closing) < tombstones_behind(self._call_limit()):
             self._closing.add(task)
             self._slot_freed.set()
             self._metrics.in_flight.set(self.in_flight)

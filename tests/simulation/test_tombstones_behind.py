@@ -49,3 +49,28 @@ def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
     assert len(wait.prepares) == RECORDS
     assert not wait.open_ids  # every tombstone written before the pod stopped
     assert check(log) == []
+
+
+def test_under_an_adaptive_window_the_bound_follows_its_current_size() -> None:
+    """`--concurrency auto` between 10 and 500 starts at 10: a tenth of 10 (one record) may
+    write its tombstone behind the window, not a tenth of 500."""
+    window = 10
+    gate = asyncio.Event()
+    called_while_held: list[int] = []
+
+    async def held_tombstones(_world: World, _pod: str, topic: str,
+                              record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is None:
+            await gate.wait()
+
+    async def hold_then_release(world: World) -> None:
+        await asyncio.sleep(5.0)
+        called_while_held.append(len(world.log.calls))
+        gate.set()
+
+    log = simulate(quiet({"concurrency": "auto", "min_concurrency": window,
+                          "max_concurrency": 500}, records=RECORDS,
+                         handle=answer(lambda _v: 0.01), before_write=held_tombstones,
+                         script=hold_then_release))
+    assert called_while_held == [window + prepared_ahead(window) + window // 10]
+    assert check(log) == []
