@@ -196,7 +196,12 @@ async def _closing(handler: Handler) -> AsyncIterator[Handler]:
 
 
 def _is_handle_function(target: Any) -> bool:
-    return inspect.iscoroutinefunction(target) and _required_parameters(target) == 1
+    """An async function called with the record: one required argument, or none when the
+    first one has a default (`async def handle(record=None)` is no factory)."""
+    if not inspect.iscoroutinefunction(target):
+        return False
+    required = _required_parameters(target)
+    return required == 1 or (required == 0 and _positional_parameters(target) >= 1)
 
 
 def _has_handle(target: Any) -> bool:
@@ -211,6 +216,16 @@ def _is_async_context_manager(target: Any) -> bool:
         inspect.iscoroutinefunction(getattr(target, name, None))
         for name in ("__aenter__", "__aexit__")
     )
+
+
+def _positional_parameters(target: Any) -> int:
+    """How many arguments `target` can take by position (0 when it cannot be inspected)."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in signature.parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _required_parameters(target: Any) -> int | None:

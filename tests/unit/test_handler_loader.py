@@ -92,6 +92,21 @@ async def test_an_async_function_in_the_working_directory_is_a_handler(user_modu
     assert await handle_once(f"{name}:handle") == b'k-1:{"amount": 3}'
 
 
+async def test_an_async_function_whose_record_parameter_has_a_default_is_a_handler(
+        user_module: Path) -> None:
+    """`async def handle(record=None)` handles records; it is not taken for a factory and
+    called with no record when the pod starts."""
+    name = write(user_module, """
+        started = []
+
+        async def handle(record=None):
+            started.append(record)
+            return b"seen " + record.key
+    """)
+    assert await handle_once(f"{name}:handle") == b"seen k-1"
+    assert [r.key for r in sys.modules[name].started] == [b"k-1"]
+
+
 async def test_a_factory_context_manager_is_opened_once_and_closed_on_exit(
     user_module: Path,
 ) -> None:
