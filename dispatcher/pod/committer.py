@@ -44,24 +44,25 @@ class Committer:
             await self.commit()
             self._lag.update(last_fetched_ms())
 
-    async def commit(self, only: list[TopicPartitionKey] | None = None) -> None:
-        """Commit what is due (for `only` these partitions); a failure is logged and retried
-        by the next commit."""
+    async def commit(self, only: list[TopicPartitionKey] | None = None) -> bool:
+        """Commit what is due (for `only` these partitions); False if the commit failed (it
+        is logged; the next commit carries the same offsets)."""
         async with self._lock:
             due = self._watermarks.commits_due()
             if only is not None:
                 due = {k: v for k, v in due.items() if k in only}
             if not due:
-                return
+                return True
             offsets = {TopicPartition(t, p): o for (t, p), o in due.items()}
             try:
                 await self._consumer.commit(offsets)
             except KafkaClientError as exc:
                 self._metrics.commits.labels("failed").inc()
                 log.warning("offset commit failed, will retry: %r", exc)
-                return
+                return False
             self._metrics.commits.labels("ok").inc()
             now = monotonic_s()
             for key, offset in due.items():
                 self._watermarks.mark_committed(key, offset)
                 self._lag.committed(key, now)
+            return True

@@ -77,6 +77,8 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
+REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
+FINAL_COMMIT_TRIES = 5
 CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
 
 
@@ -188,7 +190,7 @@ class AtLeastOnceEngine:
             await self._drain()
             self._stop.set()
             await committer  # finishes its commit in flight; never cancelled mid-commit
-            await self._committer.commit()
+            await self._final_commit()
         if self._fatal is not None:
             raise FatalError(f"stopped: {self._fatal}") from self._fatal
 
@@ -396,7 +398,7 @@ class AtLeastOnceEngine:
         if self._turns is not None:  # a hole whose call starts must be able to finish in time
             holes_s = max(0.0, holes_s - self._window.deadline_s)
         await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns, holes_s)
-        await self._committer.commit(keys)
+        await self._commit_revoked(keys, ends_at)
         if self._turns is not None:  # the next owner must not call a key while we still do
             await calls_finished(self._tasks, keys, max(0.0, ends_at - monotonic_s()))
         for key in keys:
@@ -406,6 +408,28 @@ class AtLeastOnceEngine:
             self._revoking.discard(key)
             self._lag.forget(key)
         log.info("partitions revoked: %s", ", ".join(f"{t}/{p}" for t, p in keys) or "none")
+
+    async def _final_commit(self) -> None:
+        """The stop's last commit, tried again a few times: the next owner calls again
+        whatever it does not cover."""
+        for _ in range(FINAL_COMMIT_TRIES - 1):
+            if await self._committer.commit():
+                return
+            await asyncio.sleep(REVOKE_COMMIT_RETRY_S)
+        if not await self._committer.commit():
+            log.warning("the final commit failed; the next owner calls again what was called "
+                        "here since the last commit")
+
+    async def _commit_revoked(self, keys: list[TopicPartitionKey], ends_at: float) -> None:
+        """Commit the revoked partitions, trying again while the revoke's budget lasts: once
+        they are gone, no later commit can carry their offsets."""
+        while not await self._committer.commit(keys):
+            if monotonic_s() + REVOKE_COMMIT_RETRY_S >= ends_at:
+                log.warning("revoke: the commit of %s failed and the revoke's time is up; the "
+                            "next owner calls again what was called here since the last commit",
+                            ", ".join(f"{t}/{p}" for t, p in keys))
+                return
+            await asyncio.sleep(REVOKE_COMMIT_RETRY_S)
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         await read_committed(self._consumer, assigned, self._watermarks)

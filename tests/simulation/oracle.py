@@ -27,8 +27,8 @@ from dispatcher.wire import (
 
 # How a pod that knew it could not keep a clean rebalance or a clean stop says so; after one of
 # these, repeated calls are bounded (DESIGN.md) rather than zero.
-NOT_CLEAN = ("revoke: after", "still in flight at shutdown", "offset commit failed",
-             "calls of revoked partitions still running")
+NOT_CLEAN = ("revoke: after", "still in flight at shutdown", "revoke: the commit of",
+             "the final commit failed", "calls of revoked partitions still running")
 
 
 def check(log: RunLog) -> list[str]:

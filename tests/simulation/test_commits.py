@@ -68,3 +68,15 @@ def test_committed_offsets_never_go_backwards_when_commits_overlap() -> None:
     assert after_landing == [COUNT], "the committed offset went backwards"
     assert committed_to_end(log)
     assert check(log) == []
+
+
+def test_a_failed_revoke_commit_is_tried_again_within_the_revoke() -> None:
+    """A revoke's commit that fails (a broker briefly away) is tried again while the revoke's
+    budget lasts, instead of being logged as "will retry" and forgotten with the partition:
+    the next owner then calls nothing this pod already called."""
+    log = simulate(quiet({"concurrency": 8, "rebalance_timeout": 4.0}, partitions=2,
+                         records=60, produce_over_s=6.0, commit_failure_rate=0.7,
+                         events=[(1.5, "join"), (3.0, "rebalance"), (4.5, "leave")]))
+    sessions = {(c.wait_id, c.pod, c.generation) for c in log.calls}
+    assert len(sessions) == len({c.wait_id for c in log.calls})  # none called twice
+    assert check(log) == []

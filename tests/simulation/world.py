@@ -289,17 +289,22 @@ class World:
                     outcome = await self._behave(self.rng.choices(names, weights)[0], deadline,
                                                  call)
             except asyncio.CancelledError:
-                call.ended = self.now
-                call.outcome = call.outcome or "cancelled"  # by the engine, unless it raised
+                if pod.alive:  # a killed pod's calls ended with it
+                    call.ended = self.now
+                    call.outcome = call.outcome or "cancelled"  # by the engine, unless raised
                 raise
             except Retryable:
-                # Not over: the attempt loop tries again, or its deadline ends the call, in
-                # its backoff (unseen here): the latest it can end.
-                call.ended, call.outcome = call.started + deadline, "Retryable"
+                if pod.alive:
+                    # Not over: the attempt loop tries again, or its deadline ends the call, in
+                    # its backoff (unseen here): the latest it can end.
+                    call.ended, call.outcome = call.started + deadline, "Retryable"
                 raise
             except BaseException as exc:
-                call.ended, call.outcome = self.now, type(exc).__name__
+                if pod.alive:
+                    call.ended, call.outcome = self.now, type(exc).__name__
                 raise
+            if not pod.alive:  # the answer reaches a dead pod: it never returns
+                await asyncio.get_running_loop().create_future()
             call.ended, call.outcome = self.now, "ok"
             return outcome
 
