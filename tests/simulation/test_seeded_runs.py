@@ -12,7 +12,6 @@ SEEDS = 1000  # about 2,100 simulated pod runs
 BLOCK = 50
 
 
-@pytest.mark.xfail(reason="issue 32's defects are being fixed one by one", strict=False)
 @pytest.mark.parametrize("first", range(0, SEEDS, BLOCK))
 def test_every_seeded_run_keeps_the_invariants(first: int) -> None:
     for seed in range(first, first + BLOCK):
