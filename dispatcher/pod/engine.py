@@ -345,6 +345,12 @@ class AtLeastOnceEngine:
             called = await self._prepares.take_call_slot(source, *prepared, pending)
             if called is None:  # revoked or stopping while it waited: uncommitted, the next
                 # owner calls it
+                if not pending.abandoned:
+                    # A stop, while this pod still owns the partition: close the wait record
+                    # (no other owner can have written one yet), so a next owner that comes
+                    # later than its expiration does not find it expired as if it was tried.
+                    await self._writer.write(self._topics.wait_topic,
+                                             tombstone_of(prepared[0]), prepared[1])
                 return
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
             wait_partition = prepared[1]
