@@ -16,6 +16,7 @@ from dispatch_helpers import (
     HOLDS_PARTITIONS_LOG,
     Answer,
     DispatcherProcess,
+    InputRecord,
     RecordingCounterparty,
     committed_offsets,
     create_topic,
@@ -23,13 +24,19 @@ from dispatch_helpers import (
     end_offsets,
     fully_committed,
     input_wait_ids,
+    pod_settings,
+    produce_records,
     read_dlq,
     read_wait_topic,
     wait_until,
 )
 
 from devstack.stack import LocalStack
+from dispatcher.kafka.clients import AckedWriter
+from dispatcher.pod import runner
 from dispatcher.pod.calls import prepared_ahead
+from dispatcher.pod.runner import run_pod
+from dispatcher.wire import OutgoingRecord
 from loadtest.mock.counterparty import MockCounterparty
 from loadtest.mock.generator import produce
 from loadtest.mock.latency import parse_model
@@ -246,3 +253,57 @@ async def test_a_broker_restart_mid_load_loses_nothing_and_leaves_nothing_open(
     assert set(wait.closed) == inputs
     assert wait.open_ids == set()
     assert await read_dlq(kafka_bootstrap, f"{group}.dlq") == []
+
+
+class _SlowPrepareWriter(AckedWriter):
+    """A real writer whose wait-topic write of one record is held back, as a broker that is
+    slow for one partition would hold it."""
+
+    slow_key = b"slow"
+    delay_s = 0.0
+    started = asyncio.Event()
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        is_slow = (topic.endswith(".wait") and record.value is not None
+                   and _SlowPrepareWriter.slow_key in record.value)
+        if is_slow and not _SlowPrepareWriter.started.is_set():
+            _SlowPrepareWriter.started.set()
+            await asyncio.sleep(_SlowPrepareWriter.delay_s)
+        return await super().write(topic, record, partition)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_sigterm_stops_a_pod_whose_poll_waits_for_a_rebalance(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect 7: a joining pod's `getmany` waits until the group's rebalance completes, which
+    another member can hold for long (here: a revoke waiting for a slow prepare); SIGTERM was
+    only seen once `getmany` returned. It must stop without waiting for the rebalance."""
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka_bootstrap, topic, partitions=2)
+    await produce_records(kafka_bootstrap, topic, [
+        InputRecord(key=b"k", value=b"slow" if i == 0 else b"%d" % i, partition=i % 2)
+        for i in range(10)])
+    _SlowPrepareWriter.delay_s, _SlowPrepareWriter.started = 25.0, asyncio.Event()
+    monkeypatch.setattr(runner, "AckedWriter", _SlowPrepareWriter)
+
+    async with RecordingCounterparty() as counterparty:
+        stop = asyncio.Event()
+        holder = asyncio.create_task(run_pod(pod_settings(
+            kafka_bootstrap, topic, group, counterparty.url), stop))
+        await wait_until(_SlowPrepareWriter.started.is_set, "the slow prepare has begun", 30)
+        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
+                             bootstrap_servers=kafka_bootstrap)
+        async with DispatcherProcess(argv, tmp_path / "joiner.log") as joiner:
+            await joiner.wait_for_log("starting: ", timeout_s=30)
+            await asyncio.sleep(4)  # it has joined and waits for the rebalance to complete
+            joiner.send(signal.SIGTERM)
+            assert await joiner.wait(60) == 0, joiner.log()[-3000:]
+            slow_prepare_done = any(c.body_bytes == len(b"slow") for c in counterparty.calls)
+        stop.set()
+        await asyncio.wait_for(holder, 60)
+
+    assert not slow_prepare_done, "the joiner waited for the rebalance to complete"

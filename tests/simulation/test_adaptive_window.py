@@ -1,8 +1,6 @@
 """`--concurrency auto` on the simulated Kafka (issue 11): against a counterparty that serves C
 calls at a time (slower past C in flight, a retryable 503 past 2C), the window grows from its
-minimum, settles between C and 2C, and the counterparty sheds almost nothing. (Moved from the
-real-stack test_adaptive_window.py; the window is read from the pod's metrics as /metrics
-shows them.)"""
+minimum, settles between C and 2C, and the counterparty sheds almost nothing."""
 
 from __future__ import annotations
 

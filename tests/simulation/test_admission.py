@@ -1,6 +1,5 @@
 """Admission across partitions, on the simulated Kafka (whose fetch, like aiokafka's `getmany`,
-drains one partition's buffer before another's): partitions with backlogs are admitted fairly.
-(Moved from the real-stack test_engine_smaller_defects.py, issue 9 defect 7.)"""
+drains one partition's buffer before another's): partitions with backlogs are admitted fairly."""
 
 from __future__ import annotations
 

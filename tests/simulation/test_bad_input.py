@@ -1,9 +1,8 @@
 """Input the engine cannot carry as it is, on the simulated Kafka: a record too large for the
 wait and DLQ topics, a failed call whose DLQ record is too large, a result too large for the
 result topic, a partition whose fetch position goes back. Each gets a clear outcome and the
-partition moves on. (Moved from the real-stack test_engine_defects.py and
-test_engine_smaller_defects.py, issue 9 defects 3 and 7; what only the real client shows, a
-record aiokafka cannot send or parse, stays there.)"""
+partition moves on. What only the real client shows, a record aiokafka cannot send or parse,
+is tested on the real stack: tests/integration/test_bad_input_wire.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The circuit breaker on the simulated Kafka (issue 11): while the counterparty fails every
 call, the pod stops taking new records instead of running record after record through its
 deadline into the DLQ; it resumes when the counterparty answers again, and no record is lost;
-a share of hung calls does not open it. (Moved from the real-stack test_circuit_breaker.py.)"""
+a share of hung calls does not open it."""
 
 from __future__ import annotations
 

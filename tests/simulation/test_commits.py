@@ -1,6 +1,5 @@
 """Offset commits on the simulated Kafka: a committed offset never goes backwards, also when a
-slow periodic commit is still in flight when the next (or the shutdown) commit runs. (Moved
-from the real-stack test_engine_defects.py, issue 9 defect 5.)"""
+slow periodic commit is still in flight when the next (or the shutdown) commit runs."""
 
 from __future__ import annotations
 

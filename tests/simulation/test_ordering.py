@@ -1,6 +1,5 @@
 """Records waiting for their turn under `--ordering` never outlive their wait record's
-expiration, on the simulated Kafka. (Moved from the real-stack test_ordering_expiry.py; key
-order through a rebalance: test_rebalance.py.)
+expiration, on the simulated Kafka.
 
 A record waits, behind earlier records of its partition or key, for as long as their calls
 take: with calls hanging to the deadline, several deadlines. Its wait record must still be

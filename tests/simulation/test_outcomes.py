@@ -2,9 +2,9 @@
 settled (its result written) and tombstoned; a permanent failure goes to the DLQ as an exact,
 replayable copy; a call past its deadline goes to the DLQ as TimeoutError; an exception
 escaping the counterparty client sends its record to the DLQ and the pod goes on; batch mode
-calls every record and commits without a wait topic. (Moved from the real-stack test_engine.py
-and test_client_bug.py; the HTTP client's own mapping of statuses to outcomes stays in
-test_handler_http.py, the wire bytes of odd records through a real broker in test_engine.py.)
+calls every record and commits without a wait topic. The HTTP client's own mapping of statuses
+to outcomes is tested in tests/integration/test_handler_http.py, the wire bytes of odd records
+through a real broker in tests/integration/test_bad_input_wire.py.
 """
 
 from __future__ import annotations

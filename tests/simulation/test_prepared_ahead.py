@@ -3,7 +3,7 @@ simulated Kafka: the pod admits a few records more than N and writes their wait 
 the window's calls run. The counterparty still never holds more than N calls; a record that
 waits for its slot longer than its wait record's expiration allows (an open circuit) writes its
 wait record again; records prepared ahead but never called are left, uncommitted, to the next
-owner. (Moved from the real-stack test_prepared_ahead.py.)"""
+owner."""
 
 from __future__ import annotations
 

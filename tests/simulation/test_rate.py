@@ -1,7 +1,6 @@
 """`--rate-limit` on the simulated Kafka: the rate holds over a minute, measured at the
 counterparty, with a window that could go far faster. Under the virtual clock the measure is
-exact, where the real stack's was within 2 % on a quiet machine. (Moved from the real-stack
-test_flow_control.py; the defects issue 32 lists for the rate limit: test_rate_limit.py.)"""
+exact, where the real stack's was within 2 % on a quiet machine."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Rebalances on the simulated Kafka: a clean rebalance calls no record twice, also when the
 revoked partition has a hole (a record not yet called below one already called) or a prepare
 still under way; key order holds across the pods; records fetched while an assignment completes
-are committed. (Moved from the real-stack tests test_rebalance_holes.py, test_engine_defects.py
-and test_flow_control.py: the engine's logic, each case built on purpose and replayed exactly.)
+are committed.
 
 In the simulated group the partitions are dealt out in member order, so with two partitions a
 second pod joining takes partition 1: each case puts what it needs to move on partition 1.

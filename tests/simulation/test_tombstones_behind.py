@@ -1,7 +1,6 @@
 """Tombstones are written behind the window (issue 11, "closer to the bound at small N"), on
 the simulated Kafka: a record frees its window slot once its outcome is durable, not once its
-tombstone is acknowledged, and every tombstone is still written before the pod stops. (Moved
-from the real-stack test_tombstones_behind.py.)"""
+tombstone is acknowledged, and every tombstone is still written before the pod stops."""
 
 from __future__ import annotations
 
