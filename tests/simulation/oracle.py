@@ -194,7 +194,7 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
         if wait_id not in log.swept:
             continue
         call = calls[-1]  # the call whose wait record the sweep found open
-        if (call.pod in lived_on and call.ended is not None
+        if (call.pod in lived_on and call.ended is not None and call.ended <= log.swept[wait_id]
                 and call.outcome not in ("cancelled", "cut off")
                 and (call.pod, wait_id) not in cut_off):
             out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
@@ -205,20 +205,37 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
 
 def never_called_after_swept(log: RunLog) -> list[str]:
     """A call never starts after the sweep expired its wait record: the DLQ record would say
-    the counterparty was not reached when it was. (A pod that fetched the record again after
-    its predecessor died may: it re-prepared it.)"""
+    the counterparty was not reached when it was. Only a wait record left by a killed pod may
+    expire before the next owner gets to its record again (DESIGN's crash bound)."""
+    killed = {p.name for p in log.pods if p.killed_at is not None}
+    writers = _swept_writers(log)
     out = []
     for wait_id, calls in _calls(log).items():
         swept_at = log.swept.get(wait_id)
-        if swept_at is None:
+        if swept_at is None or writers.get(wait_id) in killed:
             continue
         for call in calls:
-            first = calls[0]
-            if call.started > swept_at and call.pod == first.pod:
+            if call.started > swept_at:
                 out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}) "
                            f"called by {call.pod} at {call.started:.2f}s after the sweep "
-                           f"expired it at {swept_at:.2f}s")
+                           f"expired {writers.get(wait_id)}'s wait record at {swept_at:.2f}s")
+                break
     return out
+
+
+def _swept_writers(log: RunLog) -> dict[str, str]:
+    """For each swept wait id, the pod that wrote the wait record the sweep found open."""
+    open_by: dict[str, str] = {}
+    writers: dict[str, str] = {}
+    for record in log.cluster.records(log.topics.wait_topic):
+        wait_id = (record.key or b"").decode()
+        if record.written_by == "sweep" and wait_id in open_by:
+            writers[wait_id] = open_by[wait_id]
+        if record.value is None:
+            open_by.pop(wait_id, None)
+        else:
+            open_by[wait_id] = record.written_by
+    return writers
 
 
 def repeats_are_bounded(log: RunLog) -> list[str]:
