@@ -106,6 +106,11 @@ def reconcile(
         typer.Option(help="Create the DLQ topic when it is missing, with the pod's settings; "
                           "without it a missing DLQ exits 3."),
     ] = True,
+    dlq_index: Annotated[
+        bool,
+        typer.Option(help="Also mirror the DLQ topic into PostgreSQL (dlq_record), the index "
+                          "`waitline console` browses."),
+    ] = True,
     kafka_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -132,6 +137,7 @@ def reconcile(
             bootstrap_servers=bootstrap_servers, dsn=dsn, checkpoint_dir=checkpoint,
             trigger=trigger, once=once, max_offsets_per_trigger=max_offsets_per_trigger,
             expiry_batch_size=expiry_batch_size, kafka_options=kafka_option or (),
+            dlq_index=dlq_index,
         )  # fmt: skip
         ensure_job_topics(config, create_missing=create_topics)
         spark = (attach_session() if launched_by_spark_submit()
