@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -167,3 +168,43 @@ async def serve_console(dlq: ConsoleDlq, **settings: object) -> AsyncIterator[st
         yield f"http://{config.host}:{config.port}"
     finally:
         await runner.cleanup()
+
+
+class ConsoleThread:
+    """The console served from a thread of its own (for a synchronous browser driver)."""
+
+    def __init__(self, dlq: ConsoleDlq, **settings: object) -> None:
+        self.dlq = dlq
+        self._settings = settings
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="console")
+        self.base = ""
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            async with serve_console(self.dlq, **self._settings) as base:
+                self.base = base
+                self._ready.set()
+                await self._stop.wait()
+
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+
+    def __enter__(self) -> ConsoleThread:
+        self._thread.start()
+        if not self._ready.wait(30) or self.error is not None:
+            raise RuntimeError(f"the console did not start: {self.error!r}")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
