@@ -2,9 +2,10 @@
 
 `index_row` reduces a consumed DLQ record to what the console filters and lists (pure);
 `apply_index` COPYs a batch of rows into a session-local staging table and merges them in one
-transaction. A row at the same coordinates with the same timestamp is the same record: applying
-a batch twice changes nothing. A row at the same coordinates with another timestamp means the
-DLQ topic was deleted and created again; the new record replaces the old row.
+transaction, and keeps `dlq_hourly` (the overview's counts per hour and error class) in step.
+A row at the same coordinates with the same timestamp is the same record: applying a batch
+twice changes nothing. A row at the same coordinates with another timestamp means the DLQ
+topic was deleted and created again; the new record replaces the old row.
 
 Usable without Spark: the reconciliation job applies each Kafka partition's records from its
 executors (spark_jobs/dlq_index.py); the console's benchmark fills the index with it directly.
@@ -41,13 +42,29 @@ _CREATE_STAGE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ("
                  + ") ON COMMIT DELETE ROWS")
 _COPY = f"COPY {_STAGE} ({', '.join(_NAMES)}) FROM STDIN (FORMAT BINARY)"
 _KEY = ("dlq_topic", "dlq_partition", "dlq_offset")
+_MALFORMED = "(malformed)"
+_HOURLY_ADD = (
+    "INSERT INTO dlq_hourly (dlq_topic, hour, exception, records) "
+    "SELECT dlq_topic, date_trunc('hour', dlq_timestamp), coalesce(exception, %s), {sign}"
+    "count(*) FROM {rows} GROUP BY 1, 2, 3 "
+    "ON CONFLICT (dlq_topic, hour, exception) DO UPDATE "
+    "SET records = dlq_hourly.records + EXCLUDED.records"
+)
+# A row at the same coordinates with another timestamp: the DLQ topic was deleted and created
+# again; the old row leaves (and its hour's count), the new record is inserted below.
+_REPLACED = (
+    "WITH gone AS (DELETE FROM dlq_record r USING " + _STAGE + " s WHERE "
+    + " AND ".join(f"r.{k} = s.{k}" for k in _KEY)
+    + " AND r.dlq_timestamp <> s.dlq_timestamp RETURNING r.dlq_topic, r.dlq_timestamp,"
+    " r.exception) " + _HOURLY_ADD.format(sign="-", rows="gone")
+)
 _MERGE = (
-    f"INSERT INTO dlq_record ({', '.join(_NAMES)}) "
+    f"WITH added AS (INSERT INTO dlq_record ({', '.join(_NAMES)}) "
     f"SELECT DISTINCT ON ({', '.join(_KEY)}) {', '.join(_NAMES)} FROM {_STAGE} "
     f"ORDER BY {', '.join(_KEY)} "
-    f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
-    + ", ".join(f"{name} = EXCLUDED.{name}" for name in _NAMES if name not in _KEY)
-    + ", indexed_at = now() WHERE dlq_record.dlq_timestamp <> EXCLUDED.dlq_timestamp"
+    f"ON CONFLICT ({', '.join(_KEY)}) DO NOTHING "
+    "RETURNING dlq_topic, dlq_timestamp, exception) "
+    + _HOURLY_ADD.format(sign="", rows="added")
 )
 
 
@@ -125,9 +142,14 @@ def apply_index(conn: psycopg.Connection, rows: Iterable[DlqIndexRow]) -> tuple[
                     seen += 1
             if not seen:
                 return 0, 0
-            cur.execute(_MERGE)
-            written = cur.rowcount
-    return seen, max(written, 0)
+            cur.execute(_REPLACED.encode(), (_MALFORMED,))
+            cur.execute(f"SELECT count(*) FROM {_STAGE} s WHERE NOT EXISTS (SELECT 1 FROM "
+                        "dlq_record r WHERE " + " AND ".join(f"r.{k} = s.{k}" for k in _KEY)
+                        + ")")
+            new = cur.fetchone()
+            written = 0 if new is None else int(new[0])
+            cur.execute(_MERGE.encode(), (_MALFORMED,))
+    return seen, written
 
 
 _RECORD_CYCLE = """

@@ -54,6 +54,21 @@ COMMENT ON COLUMN dlq_record.value_preview IS
     'Printable one-line text of the original value, or 0x and hex, cut to 200 characters.';
 COMMENT ON COLUMN dlq_record.problem IS 'Why the record breaks the wire format; NULL when it follows it.';
 
+-- DLQ depth per topic, error class and hour of the DLQ timestamp: the overview's counts without
+-- scanning millions of rows. Kept by the same transaction as `dlq_record` (connectors/
+-- dlq_index.py): +1 per new row, -1 per row replaced by a record of a re-created topic.
+CREATE TABLE dlq_hourly (
+    dlq_topic text        NOT NULL,
+    hour      timestamptz NOT NULL,
+    exception text        NOT NULL,
+    records   bigint      NOT NULL,
+    PRIMARY KEY (dlq_topic, hour, exception)
+);
+
+COMMENT ON TABLE dlq_hourly IS
+    'dlq_record rows per DLQ topic, hour (date_trunc of dlq_timestamp) and error class '
+    '(''(malformed)'' for records breaking the wire format).';
+
 CREATE TABLE reconcile_cycle (
     wait_topic     text             PRIMARY KEY,
     dlq_topic      text             NOT NULL,

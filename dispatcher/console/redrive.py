@@ -83,7 +83,7 @@ class Redrive:
     state: str = "running"
     detail: str = ""
     _admitted: int = 0
-    _started: float = field(default_factory=time.monotonic)
+    _started: float | None = None  # the first record's admission: the rate's origin
     _running: asyncio.Event = field(default_factory=asyncio.Event)
     _aborted: bool = False
     _paused_at: float | None = None
@@ -100,6 +100,8 @@ class Redrive:
                 await asyncio.wait_for(self._running.wait(), PAUSE_POLL_S)
         if self._aborted:
             return False
+        if self._started is None:
+            self._started = time.monotonic()
         due = self._started + self._admitted / self.rate
         delay = due - time.monotonic()
         if delay > 0:
@@ -119,7 +121,7 @@ class Redrive:
 
     def resume(self) -> None:
         if self.state == "paused":
-            if self._paused_at is not None:  # the pause does not count against the rate
+            if self._paused_at is not None and self._started is not None:  # not against the rate
                 self._started += time.monotonic() - self._paused_at
             self._paused_at = None
             self.state = "running"

@@ -101,7 +101,7 @@ def login_page(error: str | None) -> str:
 def overview_page(principal: Principal, dlq_topic: str, wait_topic: str,
                   data: Mapping[str, Any], lag: Sequence[Mapping[str, Any]]) -> str:
     depth = data["depth"]
-    ages = table(["total", "not replayed", "< 1 h", "1 h - 1 d", "1 d - 7 d", "older"], [[
+    ages = table(["total", "not replayed", "this hour", "1 h - 1 d", "1 d - 7 d", "older"], [[
         text(depth["total"]), text(max(depth["total"] - data["replayed"], 0)),
         text(depth["under_1h"]), text(depth["under_1d"]), text(depth["under_7d"]),
         text(depth["older"])]])

@@ -95,24 +95,29 @@ async def dlq_page(store: Store, dlq_topic: str, query: DlqQuery) -> Page:
     return Page(rows, cursor)
 
 
+# The counts come from `dlq_hourly` (a row per topic, hour and error class, kept with the
+# index), so the overview costs the same for a DLQ of millions; ages are by the hour.
 _OVERVIEW_COUNTS = """
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE dlq_timestamp >= now() - interval '1 hour') AS under_1h,
-       count(*) FILTER (WHERE dlq_timestamp < now() - interval '1 hour'
-                          AND dlq_timestamp >= now() - interval '1 day') AS under_1d,
-       count(*) FILTER (WHERE dlq_timestamp < now() - interval '1 day'
-                          AND dlq_timestamp >= now() - interval '7 days') AS under_7d,
-       count(*) FILTER (WHERE dlq_timestamp < now() - interval '7 days') AS older
-FROM dlq_record WHERE dlq_topic = %s
+SELECT coalesce(sum(records), 0)::bigint AS total,
+       coalesce(sum(records) FILTER (WHERE hour > now() - interval '1 hour'), 0)::bigint
+           AS under_1h,
+       coalesce(sum(records) FILTER (WHERE hour <= now() - interval '1 hour'
+                                       AND hour > now() - interval '1 day'), 0)::bigint AS under_1d,
+       coalesce(sum(records) FILTER (WHERE hour <= now() - interval '1 day'
+                                       AND hour > now() - interval '7 days'), 0)::bigint
+           AS under_7d,
+       coalesce(sum(records) FILTER (WHERE hour <= now() - interval '7 days'), 0)::bigint
+           AS older
+FROM dlq_hourly WHERE dlq_topic = %s
 """
 _BY_EXCEPTION = """
-SELECT coalesce(exception, '(malformed)') AS exception, count(*) AS records
-FROM dlq_record WHERE dlq_topic = %s GROUP BY 1 ORDER BY 2 DESC LIMIT 50
+SELECT exception, sum(records)::bigint AS records FROM dlq_hourly WHERE dlq_topic = %s
+GROUP BY 1 HAVING sum(records) > 0 ORDER BY 2 DESC LIMIT 50
 """
 _PER_HOUR = """
-SELECT date_trunc('hour', dlq_timestamp) AS hour, count(*) AS records
-FROM dlq_record WHERE dlq_topic = %s AND dlq_timestamp >= now() - interval '24 hours'
-GROUP BY 1 ORDER BY 1
+SELECT hour, sum(records)::bigint AS records FROM dlq_hourly
+WHERE dlq_topic = %s AND hour > now() - interval '24 hours'
+GROUP BY 1 HAVING sum(records) > 0 ORDER BY 1
 """
 _OLDEST = """
 SELECT dlq_partition, dlq_offset, dlq_timestamp, exception FROM dlq_record
