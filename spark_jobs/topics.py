@@ -1,5 +1,5 @@
 """The topics the reconciliation job writes, checked (and created when missing) before Spark
-starts, with the settings the pod gives them (`dispatcher.pod.topics`, the same code).
+starts, with the settings the pod gives them (`dispatcher.kafka.topics`, the same code).
 
 The job writes the DLQ (expired waits) and the wait topic (their tombstones). The wait topic is
 its input and must exist; a missing DLQ topic, as in the drop-in case where the reference design
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S, KafkaClientSettings, TopicConfig
-from dispatcher.pod.topics import ensure_topics
+from dispatcher.kafka.topics import TopicConfig, ensure_topics
+from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S, KafkaClientSettings
 from spark_jobs.config import ReconcileConfig
 
 CLIENT_ID = "waitline-reconcile"

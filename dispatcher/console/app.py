@@ -36,7 +36,7 @@ from dispatcher.console.query import DlqQuery
 from dispatcher.console.redrive import PlannedRedrive, RedriveManager
 from dispatcher.console.settings import ConsoleSettings
 from dispatcher.errors import ConfigError, WaitlineError
-from dispatcher.pod.settings import KafkaConfig
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
 
 log = logging.getLogger(__name__)

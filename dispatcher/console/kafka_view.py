@@ -14,8 +14,8 @@ from aiokafka.errors import KafkaError
 from dispatcher.dlq.records import DlqCoordinates, DlqRecord
 from dispatcher.dlq.session import KafkaSession
 from dispatcher.errors import ConsumeError
-from dispatcher.pod.kafka_io import stop_quietly
-from dispatcher.pod.settings import KafkaConfig
+from dispatcher.kafka.clients import stop_quietly
+from dispatcher.kafka.config import KafkaConfig
 
 
 async def group_lag(kafka: KafkaConfig, groups: list[str]) -> list[dict[str, Any]]:

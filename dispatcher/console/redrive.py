@@ -39,7 +39,7 @@ from dispatcher.dlq.plan import ReplayPlan, ReplayRequest
 from dispatcher.dlq.replay import execute_replay
 from dispatcher.dlq.session import KafkaSession, QuietObserver
 from dispatcher.errors import ConfigError, WaitlineError
-from dispatcher.pod.settings import KafkaConfig
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
 
 log = logging.getLogger(__name__)

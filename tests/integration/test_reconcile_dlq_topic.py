@@ -20,7 +20,7 @@ from reconcile_helpers import original, produce, read_all, reference_wait_record
 from typer.testing import CliRunner
 
 from dispatcher.cli import app
-from dispatcher.pod.topics import DLQ_RETENTION_MS
+from dispatcher.kafka.topics import DLQ_RETENTION_MS
 from dispatcher.wire import parse_dlq_record
 
 pytestmark = [pytest.mark.integration]
