@@ -91,6 +91,9 @@ class Redrive:
     def __post_init__(self) -> None:
         self._running.set()
 
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
     async def admit(self) -> bool:
         """The rate cap and pause, before each record; False once aborted."""
         while not self._running.is_set():

@@ -66,6 +66,10 @@ class ReplayControl(Protocol):
     commit_every_s: float
     """Commit the open transaction at least this often, so progress shows at a low rate."""
 
+    def paused(self) -> bool:
+        """True while paused: the open transaction is committed before `admit` waits, so a
+        long pause holds no transaction open (the broker would abort it at its timeout)."""
+
     async def admit(self) -> bool:
         """Wait until the next record may be sent (rate cap, pause); False: abort now."""
 
@@ -96,9 +100,12 @@ async def execute_replay(
         try:
             async with aclosing(session.scan_planned(dlq_topic, plan, observer)) as scan:
                 async for item, record in scan:
-                    if control is not None and not await control.admit():
-                        aborted = True
-                        break
+                    if control is not None:
+                        if control.paused():
+                            await writer.commit()
+                        if not await control.admit():
+                            aborted = True
+                            break
                     await writer.add(item, record)
             await writer.commit()  # also on abort: what was sent is kept and counted
         except BaseException:

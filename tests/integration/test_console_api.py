@@ -13,18 +13,21 @@ from typing import Any
 import aiohttp
 import psycopg
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from console_helpers import (
     BIG_VALUE_BYTES,
     OPERATOR_PASSWORD,
     OPERATOR_TOKEN,
+    TIMEOUT,
     VIEWER_TOKEN,
     ConsoleDlq,
     make_dlq,
+    produce,
     serve_console,
 )
 from dlq_helpers import read_all
 
-from dispatcher.wire import IDEMPOTENCY_KEY
+from dispatcher.wire import IDEMPOTENCY_KEY, dlq_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -200,3 +203,62 @@ async def test_an_aborted_redrive_keeps_and_counts_what_it_sent_and_loses_nothin
         rows = conn.execute("SELECT count(*) FROM dlq_replay WHERE replay_id = %s",
                             (started["replay_id"],)).fetchone()
     assert rows == (audit["sent"],)
+
+
+async def test_a_paused_redrive_sends_nothing_until_resumed(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=40)
+    async with serve_console(dlq) as base, aiohttp.ClientSession(headers=OPERATOR) as http:
+        started = await _redrive(http, base, {}, rate=20)
+        replay = f"{base}/redrives/{started['replay_id']}"
+        await asyncio.sleep(2.5)
+        async with http.post(f"{replay}/pause") as response:
+            assert (await response.json())["state"] == "paused"
+        await asyncio.sleep(1.0)  # a pause commits the open transaction before it waits
+        async with http.get(replay) as response:
+            paused_at = (await response.json())["live"]["sent"]
+        # No transaction is held open while paused: what a read_uncommitted reader sees of
+        # the target topic is what is committed and counted.
+        uncommitted = await _count(dlq.bootstrap, dlq.orders, "read_uncommitted")
+        committed = await _count(dlq.bootstrap, dlq.orders, "read_committed")
+        await asyncio.sleep(1.5)
+        async with http.get(replay) as response:
+            still = (await response.json())["live"]["sent"]
+        async with http.post(f"{replay}/resume") as response:
+            assert (await response.json())["state"] == "running"
+        audit = await _until_finished(http, base, started["replay_id"])
+    assert 0 < paused_at == still < 40
+    assert uncommitted == committed == paused_at
+    assert (audit["state"], audit["sent"]) == ("done", 40)
+    assert len(await read_all(dlq.bootstrap, dlq.orders)) == 40
+
+
+async def test_a_wait_id_is_redriven_once_unless_forced(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=2)
+    again = dlq_record(dlq.sources[0], dlq.group, TIMEOUT)  # the same wait id a second time
+    await produce(dlq.bootstrap, dlq.dlq_topic, [(again.key, again.value, again.headers)])
+    async with serve_console(dlq) as base, aiohttp.ClientSession(headers=OPERATOR) as http:
+        async with http.post(f"{base}/redrives/plan", json={}) as response:
+            once = await response.json()
+        async with http.post(f"{base}/redrives/plan", json={"force": "1"}) as response:
+            forced = await response.json()
+    assert (once["records"], once["duplicate_wait_id"]) == (2, 1)
+    assert forced["records"] == 3
+
+
+async def _count(bootstrap: str, topic: str, isolation: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                isolation_level=isolation)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(2)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        found = 0
+        for _ in range(6):
+            for batch in (await consumer.getmany(timeout_ms=300)).values():
+                found += len(batch)
+        return found
+    finally:
+        await consumer.stop()
