@@ -110,9 +110,15 @@ def make_dlq(bootstrap: str, dsn: str, unique_name: Callable[[str], str], *, cou
             NewTopic(orders, 2, 1),
             NewTopic(dlq_topic, 1, 1, topic_configs={"max.message.bytes": str(10 * 1024 * 1024)}),
         ])
-        for record in records:  # one by one: distinct, increasing timestamps
-            await produce(bootstrap, dlq_topic, [record])
-            await asyncio.sleep(0.002)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                    max_request_size=10 * 1024 * 1024)
+        await producer.start()
+        try:
+            for key, value, headers in records:  # one by one: distinct, increasing timestamps
+                await (await producer.send(dlq_topic, value, key=key, headers=list(headers)))
+                await asyncio.sleep(0.002)
+        finally:
+            await producer.stop()
 
     asyncio.run(fill())
     return ConsoleDlq(bootstrap, dsn, group, dlq_topic, orders, sources)

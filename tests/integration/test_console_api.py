@@ -207,11 +207,11 @@ async def test_an_aborted_redrive_keeps_and_counts_what_it_sent_and_loses_nothin
 
 async def test_a_paused_redrive_sends_nothing_until_resumed(
         kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
-    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=40)
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=100)
     async with serve_console(dlq) as base, aiohttp.ClientSession(headers=OPERATOR) as http:
         started = await _redrive(http, base, {}, rate=20)
         replay = f"{base}/redrives/{started['replay_id']}"
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(2.5)  # 100 records at 20/s take 5 s
         async with http.post(f"{replay}/pause") as response:
             assert (await response.json())["state"] == "paused"
         await asyncio.sleep(1.0)  # a pause commits the open transaction before it waits
@@ -227,10 +227,10 @@ async def test_a_paused_redrive_sends_nothing_until_resumed(
         async with http.post(f"{replay}/resume") as response:
             assert (await response.json())["state"] == "running"
         audit = await _until_finished(http, base, started["replay_id"])
-    assert 0 < paused_at == still < 40
+    assert 0 < paused_at == still < 100
     assert uncommitted == committed == paused_at
-    assert (audit["state"], audit["sent"]) == ("done", 40)
-    assert len(await read_all(dlq.bootstrap, dlq.orders)) == 40
+    assert (audit["state"], audit["sent"]) == ("done", 100)
+    assert len(await read_all(dlq.bootstrap, dlq.orders)) == 100
 
 
 async def test_a_wait_id_is_redriven_once_unless_forced(
