@@ -272,6 +272,7 @@ class ReconcileJob:
         if self._stop.is_set():
             raise StopRequestedError(f"DLQ index batch {batch_id} not started: the job is "
                                      "stopping")
+        started = time.monotonic()
         dlq_topic, dsn = self.config.dlq_topic, self.config.pg_dsn
 
         def apply() -> Any:
@@ -287,9 +288,12 @@ class ReconcileJob:
         with self._report_lock:
             self._report.dlq_indexed += outcome.records
         self.metrics.dlq_batch_indexed(dlq_topic, outcome.records, lag_s)
+        elapsed_s = time.monotonic() - started
         log.info("DLQ index batch applied", dlq_topic=dlq_topic, batch_id=batch_id,
                  records=outcome.records, written=outcome.written,
-                 index_lag_s=None if lag_s is None else round(lag_s, 3))  # fmt: skip
+                 index_lag_s=None if lag_s is None else round(lag_s, 3),
+                 elapsed_s=round(elapsed_s, 3),
+                 records_per_s=round(outcome.records / max(elapsed_s, 1e-3)))  # fmt: skip
 
     @staticmethod
     def _stop_between_batches(query: StreamingQuery) -> None:
