@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "registry": ("connectors.cli:app", "Inspect the open and expired waits in PostgreSQL."),
     "reconcile": ("spark_jobs.cli:app",
                   "Mirror the wait topic into PostgreSQL and expire old waits to the DLQ (Spark)."),
+    "console": ("dispatcher.console.cli:app",
+                "Serve the web console: the DLQ, the wait registry, safe bulk redrive."),
     "dev": ("devstack.cli:app",
             "Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker."),
     "loadtest": ("loadtest.cli:app", "Mock counterparty, load generator and benchmarks."),

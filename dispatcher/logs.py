@@ -2,7 +2,8 @@
 JSON lines for log pipelines; every command that logs calls `configure_logging` once.
 
 Standard-library `logging` calls (ours and aiokafka's) are rendered by structlog, so every line
-has the same shape. Secrets never reach the logs: settings hold them as `SecretStr`.
+has the same shape. Secrets never reach the logs: settings hold them as `SecretStr`, and a
+secret echoed back by a counterparty is masked in every rendered line (`dispatcher.secrets`).
 
 This module owns its format setting (`LogFormat`) and imports nothing above it: a caller passes
 the format's name or member (the pod's `--log-format`, the default for the other commands).
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import structlog
 
 from dispatcher.errors import ConfigError
+from dispatcher.secrets import mask_secrets
 
 
 class LogFormat(enum.StrEnum):
@@ -58,6 +60,13 @@ class RepeatFilter(logging.Filter):
 HANDLER_NAME = "waitline"
 
 
+class _MaskingFormatter(structlog.stdlib.ProcessorFormatter):
+    """Renders a line, then masks the pod's registered secrets in it (dispatcher.secrets)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_secrets(super().format(record))
+
+
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to the current `sys.stderr`, which a test runner may have swapped since."""
 
@@ -87,7 +96,7 @@ def configure_logging(fmt: LogFormat | str = LogFormat.CONSOLE, level: str = "IN
         structlog.processors.JSONRenderer() if fmt is LogFormat.JSON
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
-    formatter = structlog.stdlib.ProcessorFormatter(
+    formatter = _MaskingFormatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],

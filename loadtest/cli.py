@@ -18,6 +18,7 @@ from rich.console import Console
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
+from loadtest.bench.console_bench import console_bench
 from loadtest.bench.scenarios import SCENARIOS
 from loadtest.cli_chaos import chaos
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
@@ -293,6 +294,8 @@ app.command(epilog="Example: waitline loadtest chaos --scale short --scenario ki
 
 
 app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")(mirror)
+app.command("console-bench", epilog="Example: waitline loadtest console-bench --rows 100000")(
+    console_bench)
 app.command("mirror-floor", epilog="Example: waitline loadtest mirror-floor --events 50000")(
     mirror_floor)
 
@@ -338,6 +341,9 @@ def bench(
     handler_cpu: Annotated[bool, typer.Option(
         help="Then measure the handler seam's CPU per record (`waitline loadtest "
              "handler-cpu`).")] = True,
+    console: Annotated[bool, typer.Option(
+        help="Then benchmark the console (`waitline loadtest console-bench`, defaults).")
+    ] = True,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
     dsn: Annotated[str | None, typer.Option(
@@ -358,4 +364,6 @@ def bench(
                                dsn=dsn)
                    if mirror else [])
     write_benchmarks(results, names, out, mirror_rows=mirror_rows, handler_cpu=cpu)
+    if console:
+        console_bench(out=out, bootstrap_servers=bootstrap_servers, dsn=dsn)
     typer.echo(f"wrote {out}")

@@ -3,6 +3,10 @@
 PySpark is imported only when the command runs, so the pod installs and runs without it. The
 same command is the spark-submit entry point (spark_jobs/app.py): launched by spark-submit, it
 uses the session spark-submit configured and ignores `--master`.
+
+Exit codes: 0 done (or stopped), 1 the job failed, 2 bad flags, 3 a topic is missing or
+misconfigured: the wait topic does not exist, or the DLQ topic does not and may not be created
+(`--no-create-topics`, or the broker refused); one line says which, before Spark starts.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ from typing import Annotated, NoReturn
 import structlog
 import typer
 
-from dispatcher.errors import ConfigError, WaitlineError
+from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
 from dispatcher.logs import configure_logging
 
 CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
 FAILURE_EXIT_CODE = 1
+TOPIC_EXIT_CODE = 3  # a topic the job reads or writes is missing and may not be created
 
 app = typer.Typer(
     help="Mirror the wait topic into PostgreSQL and send expired waits to the DLQ (Spark).",
@@ -96,6 +101,16 @@ def reconcile(
         str, typer.Option(help="Address the metrics port binds to (0.0.0.0 in a container).",
                           envvar="WAITLINE_RECONCILE_METRICS_HOST")
     ] = "127.0.0.1",
+    create_topics: Annotated[
+        bool,
+        typer.Option(help="Create the DLQ topic when it is missing, with the pod's settings; "
+                          "without it a missing DLQ exits 3."),
+    ] = True,
+    dlq_index: Annotated[
+        bool,
+        typer.Option(help="Also mirror the DLQ topic into PostgreSQL (dlq_record), the index "
+                          "`waitline console` browses."),
+    ] = True,
     kafka_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -114,6 +129,7 @@ def reconcile(
         build_session,
         launched_by_spark_submit,
     )
+    from spark_jobs.topics import ensure_job_topics  # noqa: PLC0415
 
     try:
         config = ReconcileConfig.build(
@@ -121,11 +137,15 @@ def reconcile(
             bootstrap_servers=bootstrap_servers, dsn=dsn, checkpoint_dir=checkpoint,
             trigger=trigger, once=once, max_offsets_per_trigger=max_offsets_per_trigger,
             expiry_batch_size=expiry_batch_size, kafka_options=kafka_option or (),
+            dlq_index=dlq_index,
         )  # fmt: skip
+        ensure_job_topics(config, create_missing=create_topics)
         spark = (attach_session() if launched_by_spark_submit()
                  else build_session(SparkSettings.for_job(master=master, once=once)))  # fmt: skip
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
+    except TopicSetupError as exc:
+        _fail(str(exc), TOPIC_EXIT_CODE)
 
     job = ReconcileJob(spark, config)
     if metrics_port is not None:

@@ -41,6 +41,7 @@ class ReconcileConfig:
     expiry_batch_size: int = DEFAULT_EXPIRY_BATCH_SIZE
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     retry_max_backoff_s: float = DEFAULT_RETRY_MAX_BACKOFF_S
+    dlq_index: bool = True  # also mirror the DLQ topic into `dlq_record` (the console's index)
 
     @classmethod
     def build(
@@ -57,6 +58,7 @@ class ReconcileConfig:
         max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER,
         expiry_batch_size: int = DEFAULT_EXPIRY_BATCH_SIZE,
         kafka_options: Iterable[str] | Mapping[str, str] = (),
+        dlq_index: bool = True,
     ) -> ReconcileConfig:
         """Validated config from flag-like values; ConfigError says what to fix.
 
@@ -98,6 +100,7 @@ class ReconcileConfig:
             max_offsets_per_trigger=max_offsets_per_trigger,
             expiry_batch_size=expiry_batch_size,
             kafka_options=parse_kafka_options(kafka_options),
+            dlq_index=dlq_index,
         )
 
     def source_options(self) -> dict[str, str]:

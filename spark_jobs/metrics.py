@@ -56,6 +56,14 @@ class ReconcileMetrics:
             "waitline_reconcile_registry_unavailable",
             "Attempts that failed because PostgreSQL was unreachable (each is retried).",
             labels, registry=self.registry)
+        self.dlq_indexed = Counter(
+            "waitline_reconcile_dlq_indexed",
+            "DLQ records the job applied to the DLQ index (dlq_record), by DLQ topic.",
+            [*labels, "dlq_topic"], registry=self.registry)
+        self.dlq_index_lag = Gauge(
+            "waitline_reconcile_dlq_index_lag_seconds",
+            "Age of the newest DLQ record when its micro-batch was indexed; 0 after a cycle "
+            "that found nothing new.", [*labels, "dlq_topic"], registry=self.registry)
         self.cycle_end = Gauge(
             "waitline_reconcile_last_cycle_end_timestamp_seconds",
             "Unix time the last cycle (mirror, then expiry) ended.", labels,
@@ -76,6 +84,11 @@ class ReconcileMetrics:
             self.changes.labels(topic, change).inc(getattr(result, change))
         if lag_s is not None:
             self.mirror_lag.labels(topic).set(max(lag_s, 0.0))
+
+    def dlq_batch_indexed(self, dlq_topic: str, records: int, lag_s: float | None) -> None:
+        self.dlq_indexed.labels(self._wait_topic, dlq_topic).inc(records)
+        if lag_s is not None:
+            self.dlq_index_lag.labels(self._wait_topic, dlq_topic).set(max(lag_s, 0.0))
 
     def swept(self, sent: int, parked: int) -> None:
         self.expired.labels(self._wait_topic, "sent").inc(sent)

@@ -29,6 +29,7 @@ class CycleReport:
     non_derived: int = 0
     expired_sent: int = 0
     parked: int = 0
+    dlq_indexed: int = 0
     lag_newest_s: float | None = None
 
     def add_batch(self, events_in: int, result: MirrorResult, lag_newest_s: float | None) -> None:

@@ -23,6 +23,11 @@ Kafka refuses (too large for the DLQ topic) is isolated by halving the write and
 the table when the mirror applies its tombstone. A crash between the writes and the commit
 repeats DLQ records and tombstones on the next run; none is skipped.
 
+DLQ index (`config.dlq_index`, on by default): a second query mirrors the DLQ topic into
+`dlq_record` (spark_jobs/dlq_index.py), the console's index, with its own checkpoint beside the
+mirror's; `once` runs it after the sweep, so the cycle's own DLQ records are indexed too. Each
+cycle's counts are kept in `reconcile_cycle` for the console.
+
 PostgreSQL down: a batch or round fails on a connection error and is retried with exponential
 backoff until PostgreSQL answers again (or the job is stopped), so the stream stalls and then
 resumes; its checkpoint never advances past a batch that was not applied. Other errors (a
@@ -43,10 +48,17 @@ import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from connectors.dlq_index import CycleRecord, record_cycle
 from connectors.registry import RegistryReader, TopicStats
 from connectors.source import claim_expired, mark_parked, mark_sent, refusal_reason
 from dispatcher.errors import RegistryError
 from spark_jobs.config import ReconcileConfig
+from spark_jobs.dlq_index import (
+    dlq_index_checkpoint,
+    dlq_topic_stream,
+    index_lag_s,
+    index_on_executors,
+)
 from spark_jobs.executor_sink import BatchOutcome, SinkTarget, apply_on_executors, warm_workers
 from spark_jobs.expiry import (
     DLQ_PRODUCER_OPTIONS,
@@ -146,6 +158,8 @@ class ReconcileJob:
         self._mirror_available()
         if not self._stop.is_set():
             self._expire(caught_up_at)
+        if self.config.dlq_index and not self._stop.is_set():
+            self._run_available(self._start_dlq_index(availableNow=True))
         return self._end_cycle()
 
     def _run_continuously(self) -> None:
@@ -157,12 +171,17 @@ class ReconcileJob:
         # Quiet triggers report progress once per interval too, so the caught-up time advances.
         self.spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", f"{interval_ms}ms")
         query = self._start_mirror(processingTime=f"{interval_ms} milliseconds")
+        index = (self._start_dlq_index(processingTime=f"{interval_ms} milliseconds")
+                 if self.config.dlq_index else None)
         swept_until: datetime | None = None
         next_sweep = time.monotonic() + interval_s
         try:
             while not self._stop.is_set():
                 if self._await_query(query):
                     return  # stopped
+                if index is not None and not index.isActive:
+                    self._await_query(index)  # raises the error that ended it
+                    return
                 if time.monotonic() < next_sweep:
                     continue
                 next_sweep = time.monotonic() + interval_s
@@ -174,14 +193,30 @@ class ReconcileJob:
                 self._end_cycle()
         finally:
             self._stop_between_batches(query)
+            if index is not None:
+                self._stop_between_batches(index)
 
     def _end_cycle(self) -> CycleReport:
         with self._report_lock:
             report, self._report = self._report, CycleReport()
         self.metrics.cycle_ended(mirrored_any=report.events_in > 0, stats=self._stats())
+        if self.config.dlq_index and report.dlq_indexed == 0:
+            self.metrics.dlq_index_lag.labels(self.config.wait_topic, self.config.dlq_topic).set(0)
+        self._record_cycle(report)
         log.info("reconcile cycle done", wait_topic=self.config.wait_topic,
                  **{k: v for k, v in vars(report).items() if k != "lag_newest_s"})  # fmt: skip
         return report
+
+    def _record_cycle(self, report: CycleReport) -> None:
+        """Keep the cycle's counts in `reconcile_cycle` for the console; logged when not."""
+        cycle = CycleRecord(self.config.wait_topic, self.config.dlq_topic, report.events_in,
+                            report.expired_sent, report.parked, report.dlq_indexed,
+                            report.lag_newest_s)
+        try:
+            record_cycle(self._registry.get(), cycle)
+        except psycopg.Error as exc:
+            self._registry.close()
+            log.warning("the cycle's counts were not recorded for the console", error=str(exc))
 
     def _stats(self) -> TopicStats | None:
         """The wait topic's row counts for the gauges; None (logged) when they cannot be read."""
@@ -197,7 +232,10 @@ class ReconcileJob:
 
     def _mirror_available(self) -> None:
         """Mirror everything in the wait topic now (an `availableNow` query), then return."""
-        query = self._start_mirror(availableNow=True)
+        self._run_available(self._start_mirror(availableNow=True))
+
+    def _run_available(self, query: StreamingQuery) -> None:
+        """Wait for an `availableNow` query to end (or the job to stop), then stop it."""
         try:
             while not self._await_query(query):
                 pass
@@ -219,6 +257,43 @@ class ReconcileJob:
             .trigger(**trigger)
             .start()
         )
+
+    def _start_dlq_index(self, **trigger: Any) -> StreamingQuery:
+        return (
+            dlq_topic_stream(self.spark, self.config)
+            .writeStream.queryName(f"waitline-dlq-index-{self.config.dlq_topic}")
+            .foreachBatch(self._index_batch)
+            .option("checkpointLocation", dlq_index_checkpoint(self.config))
+            .trigger(**trigger)
+            .start()
+        )
+
+    def _index_batch(self, batch: DataFrame, batch_id: int) -> None:
+        if self._stop.is_set():
+            raise StopRequestedError(f"DLQ index batch {batch_id} not started: the job is "
+                                     "stopping")
+        started = time.monotonic()
+        dlq_topic, dsn = self.config.dlq_topic, self.config.pg_dsn
+
+        def apply() -> Any:
+            self._registry.get()  # fails fast while PostgreSQL is down
+            return index_on_executors(batch, dlq_topic, dsn)
+
+        try:
+            outcome = self._with_registry_retry(apply, f"DLQ index batch {batch_id}")
+        except RegistryError as exc:
+            self._batch_error = exc
+            raise
+        lag_s = index_lag_s(outcome)
+        with self._report_lock:
+            self._report.dlq_indexed += outcome.records
+        self.metrics.dlq_batch_indexed(dlq_topic, outcome.records, lag_s)
+        elapsed_s = time.monotonic() - started
+        log.info("DLQ index batch applied", dlq_topic=dlq_topic, batch_id=batch_id,
+                 records=outcome.records, written=outcome.written,
+                 index_lag_s=None if lag_s is None else round(lag_s, 3),
+                 elapsed_s=round(elapsed_s, 3),
+                 records_per_s=round(outcome.records / max(elapsed_s, 1e-3)))  # fmt: skip
 
     @staticmethod
     def _stop_between_batches(query: StreamingQuery) -> None:

@@ -100,17 +100,36 @@ class DlqFilter:
     original_topics: frozenset[str] = frozenset()
     wait_ids: frozenset[uuid.UUID] = frozenset()
     since_ms: int | None = None
+    # The console's further criteria (`waitline console`): written before `until_ms`, a
+    # message containing `message_contains` (case-insensitive), an original partition, a key.
+    until_ms: int | None = None
+    message_contains: str | None = None
+    original_partition: int | None = None
+    key: bytes | None = None
+    at: DlqCoordinates | None = None  # one record (the console's "redrive this record")
 
     def matches(self, record: DlqRecord) -> bool:
+        if self.at is not None and record.coordinates != self.at:
+            return False
         if self.since_ms is not None and record.timestamp_ms < self.since_ms:
+            return False
+        if self.until_ms is not None and record.timestamp_ms >= self.until_ms:
             return False
         entry = record.entry
         if entry is None:
-            return not (self.exceptions or self.original_topics or self.wait_ids)
+            return not (self.exceptions or self.original_topics or self.wait_ids
+                        or self.message_contains or self.original_partition is not None
+                        or self.key is not None)
         return (
             (not self.exceptions or entry.failure.exception in self.exceptions)
             and (not self.original_topics or entry.source.topic in self.original_topics)
             and (not self.wait_ids or entry.wait_id in self.wait_ids)
+            and (self.original_partition is None
+                 or entry.source.partition == self.original_partition)
+            and (self.key is None or (record.key if record.key is not None
+                                      else entry.source.key) == self.key)
+            and (not self.message_contains
+                 or self.message_contains.lower() in entry.failure.message.lower())
         )
 
     def describe(self) -> str:
@@ -122,8 +141,18 @@ class DlqFilter:
             parts.append("original topic " + " or ".join(sorted(self.original_topics)))
         if self.wait_ids:
             parts.append("wait id " + " or ".join(sorted(map(str, self.wait_ids))))
+        if self.at is not None:
+            parts.append(f"the record at {self.at}")
+        if self.original_partition is not None:
+            parts.append(f"original partition {self.original_partition}")
+        if self.key is not None:
+            parts.append(f"key {self.key!r}")
+        if self.message_contains:
+            parts.append(f"message containing {self.message_contains!r}")
         if self.since_ms is not None:
             parts.append("written since " + format_time_ms(self.since_ms))
+        if self.until_ms is not None:
+            parts.append("written before " + format_time_ms(self.until_ms))
         return ", ".join(parts) if parts else "all records"
 
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
@@ -49,18 +49,40 @@ TRANSACTIONAL_ID_PREFIX = "waitline-dlq-replay."
 class ReplayOutcome:
     """What a replay did: the plan it carried out (without items replayed meanwhile), the
     records replayed per target topic, and planned records not found any more (deleted by
-    retention since the plan was made)."""
+    retention since the plan was made); `aborted` when its control stopped it early (what was
+    replayed until then is committed and counted, the rest is left as it was)."""
 
     plan: ReplayPlan
     replayed: Counter[str]
     vanished: int
+    aborted: bool = False
+
+
+class ReplayControl(Protocol):
+    """Steers a replay from outside (the console's redrive): a rate cap, pause and abort
+    before each record, and each committed transaction's ledger entries, so progress is
+    counted only once the broker acknowledged the records and the transaction committed."""
+
+    commit_every_s: float
+    """Commit the open transaction at least this often, so progress shows at a low rate."""
+
+    def paused(self) -> bool:
+        """True while paused: the open transaction is committed before `admit` waits, so a
+        long pause holds no transaction open (the broker would abort it at its timeout)."""
+
+    async def admit(self) -> bool:
+        """Wait until the next record may be sent (rate cap, pause); False: abort now."""
+
+    async def committed(self, entries: Sequence[LedgerEntry]) -> None:
+        """Told the ledger entries of each committed transaction, in order."""
 
 
 async def execute_replay(
-    session: KafkaSession, dlq_topic: str, plan: ReplayPlan, observer: ScanObserver
+    session: KafkaSession, dlq_topic: str, plan: ReplayPlan, observer: ScanObserver,
+    control: ReplayControl | None = None,
 ) -> ReplayOutcome:
     """Replay what `plan` still needs, each record once (see the module docstring for the order
-    of the steps and why)."""
+    of the steps and why); `control`, when given, paces, pauses or aborts it."""
     producer = make_producer(session.kafka, linger_ms=5,
                              transactional_id=TRANSACTIONAL_ID_PREFIX + dlq_topic)
     try:
@@ -73,17 +95,24 @@ async def execute_replay(
         plan = plan.still_due(await session.read_ledger(dlq_topic, observer))
         if not plan.items:
             return ReplayOutcome(plan, Counter(), vanished=0)
-        writer = _ReplayWriter(producer, await session.ensure_ledger(dlq_topic))
+        writer = _ReplayWriter(producer, await session.ensure_ledger(dlq_topic), control)
+        aborted = False
         try:
             async with aclosing(session.scan_planned(dlq_topic, plan, observer)) as scan:
                 async for item, record in scan:
+                    if control is not None:
+                        if control.paused():
+                            await writer.commit()
+                        if not await control.admit():
+                            aborted = True
+                            break
                     await writer.add(item, record)
-            await writer.commit()
+            await writer.commit()  # also on abort: what was sent is kept and counted
         except BaseException:
             await writer.abandon()
             raise
-        return ReplayOutcome(plan, writer.replayed,
-                             vanished=len(plan.items) - writer.replayed.total())
+        vanished = 0 if aborted else len(plan.items) - writer.replayed.total()
+        return ReplayOutcome(plan, writer.replayed, vanished=vanished, aborted=aborted)
     finally:
         await stop_quietly(producer)
 
@@ -92,9 +121,12 @@ class _ReplayWriter:
     """Streams replays into transactions, each committing its records with their ledger
     entries; only one transaction's send futures are held, never the record values."""
 
-    def __init__(self, producer: Any, ledger_topic: str) -> None:
+    def __init__(self, producer: Any, ledger_topic: str,
+                 control: ReplayControl | None = None) -> None:
         self._producer = producer
         self._ledger_topic = ledger_topic
+        self._control = control
+        self._opened_at = 0.0
         self._items: list[ReplayItem] = []
         self._sends: list[asyncio.Future[Any]] = []  # the open transaction's, ledger's too
         self._pending_bytes = 0
@@ -106,13 +138,16 @@ class _ReplayWriter:
         with self._translated():
             if not self._items:
                 await self._producer.begin_transaction()
+                self._opened_at = time.monotonic()
             sent = await self._producer.send(item.target_topic, original.value, key=original.key,
                                              headers=list(original.headers))
         self._items.append(item)
         self._sends.append(sent)
         self._pending_bytes += len(original.value or b"") + len(original.key or b"")
         if (len(self._items) >= TRANSACTION_MAX_RECORDS
-                or self._pending_bytes >= TRANSACTION_MAX_BYTES):
+                or self._pending_bytes >= TRANSACTION_MAX_BYTES
+                or (self._control is not None and time.monotonic() - self._opened_at
+                    >= self._control.commit_every_s)):
             await self.commit()
 
     async def commit(self) -> None:
@@ -123,17 +158,20 @@ class _ReplayWriter:
             landed = await _all_acknowledged(self._sends)
             now_ms = int(time.time() * 1000)
             ledger_sends = []
-            for item, meta in zip(self._items, landed, strict=True):
-                entry = ledger_record(LedgerEntry(item.coordinates, item.timestamp_ms,
-                                                  item.target_topic, meta.partition, meta.offset,
-                                                  now_ms, item.wait_id))
+            entries = [LedgerEntry(item.coordinates, item.timestamp_ms, item.target_topic,
+                                   meta.partition, meta.offset, now_ms, item.wait_id)
+                       for item, meta in zip(self._items, landed, strict=True)]
+            for entry in entries:
+                written = ledger_record(entry)
                 ledger_sends.append(await self._producer.send(
-                    self._ledger_topic, entry.value, key=entry.key))
+                    self._ledger_topic, written.value, key=written.key))
             self._sends += ledger_sends
             await _all_acknowledged(ledger_sends)
             await self._producer.commit_transaction()
         self.replayed.update(item.target_topic for item in self._items)
         self._forget_transaction()
+        if self._control is not None:
+            await self._control.committed(entries)
 
     async def abandon(self) -> None:
         """Abort the open transaction, if any: none of its replays become visible."""

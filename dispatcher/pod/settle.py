@@ -15,6 +15,7 @@ from dispatcher.kafka.seam import AckedWrites, FetchedRecord
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.outcome import CallOutcome, ResultValue
+from dispatcher.secrets import masked_failure
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
@@ -89,6 +90,7 @@ class OutcomeWriter:
 
     async def dead_letter(self, source: SourceRecord, failure: Failure) -> None:
         """Write `source`'s DLQ record; a reference to it when the copy is too large."""
+        failure = masked_failure(failure)  # a counterparty may echo the credentials sent
         dlq_topic, group = self._topics.dlq_topic, self._topics.group
         try:
             await self._writer.write(dlq_topic, dlq_record(source, group, failure))
@@ -103,6 +105,7 @@ class OutcomeWriter:
 
     async def reference(self, source: SourceRecord, failure: Failure) -> None:
         """Write a DLQ record that references `source` (its coordinates) without copying it."""
+        failure = masked_failure(failure)
         await self._writer.write(self._topics.dlq_topic,
                                  dlq_reference_record(source, self._topics.group, failure))
         self._metrics.outcomes.labels(failure.exception).inc()

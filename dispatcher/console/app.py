@@ -1,0 +1,391 @@
+"""The console's aiohttp application: server-rendered pages and a JSON API behind the same
+routes (`Accept: application/json`, or `?format=json`).
+
+Every response carries a strict Content-Security-Policy (scripts and styles from the console
+itself only, no inline code, no framing) and `nosniff`. Every route but the login page and the
+static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
+`Authorization` header. Every state change is a POST; with a session it needs the session's
+CSRF token, and a redrive needs the operator role.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from dispatcher.console import render
+from dispatcher.console import store as db
+from dispatcher.console.auth import (
+    CSRF_FIELD,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    Authenticator,
+    Principal,
+    csrf_ok,
+)
+from dispatcher.console.kafka_view import fetch_record, group_lag
+from dispatcher.console.query import DlqQuery
+from dispatcher.console.redrive import PlannedRedrive, RedriveManager
+from dispatcher.console.settings import ConsoleSettings
+from dispatcher.errors import ConfigError, WaitlineError
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.secrets import mask_secrets
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+_PUBLIC = ("/login", "/static/")
+_PRINCIPAL = web.RequestKey("principal", Principal)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Console:
+    """What the routes share: settings, the DLQ it serves, and its clients."""
+
+    settings: ConsoleSettings
+    dlq_topic: str
+    wait_topic: str
+    groups: list[str]
+    kafka: KafkaConfig
+    store: db.Store
+    auth: Authenticator = field(init=False)
+    redrives: RedriveManager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.auth = Authenticator(self.settings)
+        self.redrives = RedriveManager(self.kafka, self.store, self.settings.max_rate)
+
+
+CONSOLE = web.AppKey("console", Console)
+
+
+def build_app(console: Console) -> web.Application:
+    app = web.Application(middlewares=[_headers, _errors, _authenticated],
+                          client_max_size=1024 * 1024)
+    app[CONSOLE] = console
+    routes = [
+        web.get("/login", login_form), web.post("/login", login),
+        web.post("/logout", logout),
+        web.get("/", overview), web.get("/dlq", dlq_list),
+        web.get("/dlq/record/{partition:\\d+}/{offset:\\d+}", record_detail),
+        web.get("/dlq/record/{partition:\\d+}/{offset:\\d+}/{part:key|value}", record_bytes),
+        web.post("/redrives/plan", redrive_plan), web.post("/redrives", redrive_start),
+        web.get("/redrives", redrive_list), web.get("/redrives/{replay_id}", redrive_detail),
+        web.post("/redrives/{replay_id}/{verb:pause|resume|abort}", redrive_control),
+    ]
+    app.add_routes(routes)
+    app.router.add_static("/static/", STATIC_DIR)
+    app.on_cleanup.append(_close)
+    return app
+
+
+async def _close(app: web.Application) -> None:
+    console = app[CONSOLE]
+    await console.redrives.close()
+    await console.store.close()
+
+
+# -- middlewares ------------------------------------------------------------------------------
+
+@web.middleware
+async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    response = await handler(request)
+    # The server's own time for the request (the console's benchmark reads it).
+    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ConfigError as exc:
+        return _problem(request, 400, str(exc))
+    except WaitlineError as exc:
+        log.warning("console request failed: %s", exc)
+        return _problem(request, 502, str(exc))
+
+
+@web.middleware
+async def _authenticated(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path.startswith(_PUBLIC):
+        return await handler(request)
+    console = request.app[CONSOLE]
+    principal = None
+    header = request.headers.get("Authorization")
+    if header is not None:
+        principal = console.auth.by_header(header)
+    elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
+        principal = console.auth.by_session(session)
+    if principal is None:
+        if wants_json(request) or header is not None:
+            return web.json_response({"error": "a credential is needed"}, status=401)
+        raise web.HTTPSeeOther("/login")
+    if request.method not in ("GET", "HEAD"):
+        sent = request.headers.get(CSRF_HEADER)
+        if sent is None and request.content_type in ("application/x-www-form-urlencoded",
+                                                     "multipart/form-data"):
+            sent = str((await request.post()).get(CSRF_FIELD, "")) or None
+        if not csrf_ok(principal, sent):
+            return _problem(request, 403, "the form is stale or forged (CSRF token missing "
+                                          "or wrong); reload the page and try again")
+    request[_PRINCIPAL] = principal
+    return await handler(request)
+
+
+def principal_of(request: web.Request) -> Principal:
+    return request[_PRINCIPAL]
+
+
+def wants_json(request: web.Request) -> bool:
+    if request.query.get("format") == "json":
+        return True
+    accept = request.headers.get("Accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def _problem(request: web.Request, status: int, message: str) -> web.Response:
+    message = mask_secrets(message)
+    if wants_json(request):
+        return web.json_response({"error": message}, status=status)
+    principal = request.get(_PRINCIPAL)
+    return web.Response(text=render.error_page(principal, status, message), status=status,
+                        content_type="text/html")
+
+
+def _html(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, content_type="text/html")
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    import json  # noqa: PLC0415 - only for the API
+
+    def default(value: Any) -> Any:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, uuid.UUID | Path):
+            return str(value)
+        if isinstance(value, bytes | memoryview):
+            return bytes(value).decode("utf-8", errors="backslashreplace")
+        raise TypeError(f"not JSON: {type(value).__name__}")
+
+    return json.dumps(data, default=default)
+
+
+def _require_operator(principal: Principal) -> None:
+    if not principal.may_redrive:
+        raise web.HTTPForbidden(text="only an operator may redrive",
+                                content_type="text/plain")
+
+
+# -- login ------------------------------------------------------------------------------------
+
+async def login_form(request: web.Request) -> web.Response:
+    return _html(render.login_page(None))
+
+
+async def login(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    form = await request.post()
+    token, name = str(form.get("token", "")), str(form.get("name", ""))
+    principal = (console.auth.by_token(token) if token
+                 else console.auth.by_password(name, str(form.get("password", ""))))
+    if principal is None:
+        return _html(render.login_page("Those credentials are not known."), status=401)
+    response = web.HTTPSeeOther("/")
+    response.set_cookie(SESSION_COOKIE, console.auth.open_session(principal), httponly=True,
+                        samesite="Strict", path="/", secure=request.secure)
+    log.info("console login: %s (%s)", principal.name, principal.role.value)
+    raise response
+
+
+async def logout(request: web.Request) -> web.Response:
+    if (session := request.cookies.get(SESSION_COOKIE)) is not None:
+        request.app[CONSOLE].auth.close_session(session)
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(SESSION_COOKIE, path="/")
+    raise response
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+async def overview(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    data = await db.overview(console.store, console.dlq_topic, console.wait_topic)
+    try:
+        lag = await group_lag(console.kafka, console.groups)
+    except WaitlineError as exc:
+        log.warning("consumer-group lag not read: %s", exc)
+        lag = []
+    if wants_json(request):
+        return _json({"dlq_topic": console.dlq_topic, "wait_topic": console.wait_topic,
+                      **data, "consumer_groups": lag})
+    return _html(render.overview_page(principal_of(request), console.dlq_topic,
+                                      console.wait_topic, data, lag))
+
+
+async def dlq_list(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    query = DlqQuery.parse(request.query)
+    found = await db.dlq_page(console.store, console.dlq_topic, query)
+    if wants_json(request):
+        return _json({"dlq_topic": console.dlq_topic, "filter": query.params,
+                      "records": found.rows, "next": found.next_cursor})
+    return _html(render.dlq_page(principal_of(request), console.dlq_topic, query.params,
+                                 found.rows, found.next_cursor))
+
+
+async def record_detail(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    record = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
+    wait_id = record.entry.wait_id if record.entry is not None else None
+    history = (None if wait_id is None
+               else await db.wait_history(console.store, console.dlq_topic, wait_id))
+    replays = await db.replays_of(console.store, console.dlq_topic, partition, offset)
+    if wants_json(request):
+        entry = record.entry
+        return _json({
+            "dlq_topic": console.dlq_topic, "partition": partition, "offset": offset,
+            "timestamp_ms": record.timestamp_ms,
+            "headers": [[name, value] for name, value in record.headers],
+            "key": record.key, "value_bytes": None if record.value is None else len(record.value),
+            "problem": record.problem,
+            "failure": None if entry is None else vars_of(entry.failure),
+            "wait_id": wait_id, "history": history, "replays": replays,
+        })  # fmt: skip
+    return _html(render.record_page(principal_of(request), console.dlq_topic, record,
+                                    history=history, replays=replays))
+
+
+def vars_of(failure: Any) -> dict[str, Any]:
+    return {"exception": failure.exception, "message": failure.message,
+            "stacktrace": failure.stacktrace}
+
+
+async def record_bytes(request: web.Request) -> web.Response:
+    """A record's whole key or value, as a download (never rendered by the browser)."""
+    console = request.app[CONSOLE]
+    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    record = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
+    part = request.match_info["part"]
+    data = (record.key if part == "key" else record.value) or b""
+    return web.Response(body=data, content_type="application/octet-stream", headers={
+        "Content-Disposition": f'attachment; filename="dlq-{partition}-{offset}.{part}.bin"'})
+
+
+async def redrive_plan(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    _require_operator(principal)
+    console = request.app[CONSOLE]
+    form = await _fields(request)
+    query = DlqQuery.parse(form)
+    target = form.get("target_topic", "").strip() or None
+    planned = await console.redrives.plan(
+        console.dlq_topic, query, target_topic=target, forced=form.get("force") == "1",
+        include_replayed=form.get("include_replayed") == "1")
+    if wants_json(request):
+        return _json(_plan_json(planned))
+    return _html(render.plan_page(principal, planned, console.settings.default_rate))
+
+
+def _plan_json(planned: PlannedRedrive) -> dict[str, Any]:
+    plan = planned.plan
+    return {"plan_id": planned.plan_id, "records": len(plan.items),
+            "by_target": dict(plan.by_target()), "already_replayed": plan.already_replayed,
+            "duplicate_wait_id": plan.duplicate_wait_id, "malformed": plan.malformed,
+            "reference_only": plan.reference_only, **planned.describe(),
+            "preview": [row.to_json() for row in plan.preview]}
+
+
+async def redrive_start(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    _require_operator(principal)
+    console = request.app[CONSOLE]
+    form = await _fields(request)
+    try:
+        confirmed = int(form.get("confirm", ""))
+        rate = float(form.get("rate", "") or console.settings.default_rate)
+    except ValueError:
+        raise ConfigError("type the dry run's record count to confirm, and a rate cap as a "
+                          "number") from None
+    run = await console.redrives.start(principal, form.get("plan_id", ""), confirmed, rate)
+    if wants_json(request):
+        return _json(run.progress(), status=202)
+    raise web.HTTPSeeOther(f"/redrives/{run.replay_id}")
+
+
+async def redrive_list(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    rows = await db.redrives(console.store, console.dlq_topic)
+    if wants_json(request):
+        return _json({"redrives": rows})
+    return _html(render.redrives_page(principal_of(request), rows))
+
+
+async def redrive_detail(request: web.Request) -> web.Response:
+    console = request.app[CONSOLE]
+    replay_id = _replay_id(request)
+    audit = await db.redrive(console.store, replay_id)
+    if audit is None:
+        raise web.HTTPNotFound(text="no such redrive", content_type="text/plain")
+    run = console.redrives.runs.get(replay_id)
+    live = run.progress() if run is not None else None
+    if wants_json(request):
+        return _json({"audit": audit, "live": live})
+    return _html(render.redrive_page(principal_of(request), audit, live))
+
+
+async def redrive_control(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    _require_operator(principal)
+    console = request.app[CONSOLE]
+    replay_id = _replay_id(request)
+    run = console.redrives.runs.get(replay_id)
+    if run is None or run.finished:
+        raise ConfigError("that redrive is not running")
+    verb = request.match_info["verb"]
+    {"pause": run.pause, "resume": run.resume, "abort": run.abort}[verb]()
+    log.info("redrive %s: %s by %s", replay_id, verb, principal.name)
+    if wants_json(request):
+        return _json(run.progress())
+    raise web.HTTPSeeOther(f"/redrives/{replay_id}")
+
+
+def _replay_id(request: web.Request) -> uuid.UUID:
+    try:
+        return uuid.UUID(request.match_info["replay_id"])
+    except ValueError:
+        raise web.HTTPNotFound(text="no such redrive", content_type="text/plain") from None
+
+
+async def _fields(request: web.Request) -> dict[str, str]:
+    """A POST's fields: a form, or a JSON object (the API)."""
+    if request.content_type == "application/json":
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise ConfigError("send a JSON object")
+        return {str(k): str(v) for k, v in body.items() if v is not None}
+    return {k: str(v) for k, v in (await request.post()).items()}

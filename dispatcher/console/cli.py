@@ -1,0 +1,98 @@
+"""`waitline console`: serve the console (dispatcher/console/app.py) until stopped.
+
+Port, bind address and credentials from `WAITLINE_CONSOLE_*` (dispatcher/console/settings.py;
+the flags win for port and address); Kafka and PostgreSQL from the usual settings
+(`WAITLINE_BOOTSTRAP_SERVERS` and the security variables, `WAITLINE_PG_DSN`, else the local
+stack). It binds 127.0.0.1 unless told otherwise. Exit codes: 0 stopped, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Annotated
+
+import typer
+from aiohttp import web
+
+from dispatcher.console.app import Console, build_app
+from dispatcher.console.settings import load_console_settings
+from dispatcher.console.store import Store
+from dispatcher.dlq.records import resolve_dlq_topic
+from dispatcher.endpoints import resolve_pg_dsn
+from dispatcher.errors import ConfigError
+from dispatcher.logs import configure_logging
+from dispatcher.pod.settings import KafkaClientSettings
+
+app = typer.Typer(help="Serve the Waitline console: the DLQ, the wait registry, redrive.",
+                  add_completion=False, no_args_is_help=True)
+log = logging.getLogger(__name__)
+
+
+@app.command(epilog="Example: WAITLINE_CONSOLE_CREDENTIALS='{\"alice\": {\"role\": "
+                    "\"operator\", \"password\": \"…\"}}' waitline console --group payments")
+def console(
+    *,
+    group: Annotated[str | None, typer.Option("--group", "-g", help="The dispatcher's group: its "
+                                              "DLQ is GROUP.dlq, its wait topic GROUP.wait.")
+                     ] = None,
+    dlq_topic: Annotated[str | None, typer.Option(help="DLQ topic (default: GROUP.dlq).")] = None,
+    wait_topic: Annotated[str | None, typer.Option(help="Wait topic (default: GROUP.wait).")
+                          ] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1, or "
+                                                  "WAITLINE_CONSOLE_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8088, or "
+                                                  "WAITLINE_CONSOLE_PORT).", min=0,
+                                             max=65535)] = None,
+    bootstrap_servers: Annotated[str | None, typer.Option(help="Kafka (default: "
+                                 "WAITLINE_BOOTSTRAP_SERVERS, then the local stack's).")] = None,
+    dsn: Annotated[str | None, typer.Option(help="PostgreSQL DSN (default: WAITLINE_PG_DSN, "
+                                                 "then the local stack's).")] = None,
+) -> None:
+    """Serve the console: the DLQ (from its index), the wait registry, and safe redrive.
+
+    Credentials: WAITLINE_CONSOLE_CREDENTIALS, a JSON object of name -> {"role": "viewer" or
+    "operator", "token": ...} or {"role": ..., "password": ...}; nothing is served without."""
+    configure_logging()
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    try:
+        settings = load_console_settings(**overrides)
+        topic = resolve_dlq_topic(group, dlq_topic)
+        waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
+        kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
+                                    client_id="waitline-console").kafka()
+        pg_dsn = resolve_pg_dsn(dsn)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    groups = [group] if group else []
+    asyncio.run(_serve(Console(settings, topic, waits, groups, kafka, Store(pg_dsn))))
+
+
+async def _serve(console: Console) -> None:
+    runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    settings = console.settings
+    site = web.TCPSite(runner, settings.host, settings.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        typer.echo(f"error: cannot listen on {settings.host}:{settings.port}: "
+                   f"{exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("console serving %s on http://%s:%d/", console.dlq_topic, settings.host,
+             settings.port)
+    try:
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+        await runner.cleanup()

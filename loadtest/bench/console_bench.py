@@ -1,0 +1,392 @@
+"""The console's benchmark (`waitline loadtest console-bench`, part of `make bench`).
+
+1. The DLQ browser over an index of INDEX_ROWS records: `dlq_record` is filled by SQL
+   (`generate_series`; five error classes, 12 original partitions, a week of timestamps, 1% of
+   them replayed), then the console's JSON API answers filtered lists (each filter kind, and
+   keyset pages deep into the list) and the overview; the figure is the server's own time per
+   request (its `Server-Timing` header), p50/p95/max.
+2. A bulk redrive of REDRIVE_RECORDS DLQ records (real Kafka) through the console's API at a
+   rate cap: the sustained rate is measured from the live progress between 10% and 90% of the
+   records, and the target topic is then read back from Kafka: every original exactly once.
+
+Goals (issue 34): the filtered list <= 200 ms p95, the overview <= 500 ms p95, the redrive
+within 5% of its cap, nothing lost or doubled. Figures are reported as measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import aiohttp
+import psycopg
+import typer
+from aiohttp import web
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from pydantic import SecretStr
+
+from dispatcher.console.app import Console, build_app
+from dispatcher.console.settings import ConsoleSettings, Credential, Role
+from dispatcher.console.store import Store
+from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
+from dispatcher.pod.settings import KafkaClientSettings
+from dispatcher.wire import Failure, SourceRecord, dlq_record
+
+INDEX_ROWS = 1_000_000
+REDRIVE_RECORDS = 100_000
+REDRIVE_RATE = 2_000.0
+REPEATS = 20
+SECTION_START = "<!-- console-bench:start -->"
+SECTION_END = "<!-- console-bench:end -->"
+_CLASSES = ("TimeoutError", "HTTPStatusError", "ConnectionError", "ExpiredRecordException",
+            "RecordTooLargeError")
+
+_FILL = """
+INSERT INTO dlq_record (dlq_topic, dlq_partition, dlq_offset, dlq_timestamp, exception,
+    message, original_topic, original_partition, original_offset, original_key, wait_id,
+    key_preview, value_preview, key_bytes, value_bytes, headers_bytes)
+SELECT %(topic)s, g %% 8, g / 8, %(now)s - g * interval '600 milliseconds',
+       (%(classes)s::text[])[1 + g %% 5],
+       'HTTP ' || (400 + g %% 100) || ': failure number ' || g || ':', 'orders', g %% 12, g,
+       convert_to('order-' || g, 'UTF8'), md5(g::text)::uuid, 'order-' || g,
+       '{"order": ' || g || ', "amount": ' || (g %% 1000) || '}', 8, 30, 300
+FROM generate_series(0, %(rows)s - 1) AS g
+"""
+
+
+@dataclass
+class Timings:
+    """Server-side milliseconds per request, by what was asked."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, what: str, ms: float) -> None:
+        self.samples.setdefault(what, []).append(ms)
+
+    def all(self, prefix: str) -> list[float]:
+        return [ms for what, values in self.samples.items() if what.startswith(prefix)
+                for ms in values]
+
+
+def p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, round(0.95 * len(ordered)) - 1)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _console(dlq_topic: str, bootstrap: str, dsn: str,
+                   token: str) -> tuple[web.AppRunner, str]:
+    settings = ConsoleSettings(
+        credentials={"bench": Credential(role=Role.OPERATOR, token=SecretStr(token))},
+        port=_free_port(), max_rate=100_000)
+    kafka = KafkaClientSettings(bootstrap_servers=bootstrap,
+                                client_id="waitline-console-bench").kafka()
+    console = Console(settings, dlq_topic, dlq_topic.removesuffix(".dlq") + ".wait", [], kafka,
+                      Store(dsn))
+    runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    return runner, f"http://{settings.host}:{settings.port}"
+
+
+async def _timed(http: aiohttp.ClientSession, url: str, params: dict[str, str] | None = None
+                 ) -> tuple[float, Any]:
+    async with http.get(url, params=params) as response:
+        response.raise_for_status()
+        body = await response.json()
+        timing = response.headers["Server-Timing"]
+    return float(timing.split("dur=")[1]), body
+
+
+def fill_index(dsn: str, dlq_topic: str, rows: int) -> float:
+    """Fill `dlq_record` for `dlq_topic` with `rows` rows; returns the seconds it took."""
+    started = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM dlq_record WHERE dlq_topic = %s", (dlq_topic,))
+        conn.execute(_FILL.encode(), {"topic": dlq_topic, "now": datetime.now(UTC),
+                                      "classes": list(_CLASSES), "rows": rows})
+        conn.execute("DELETE FROM dlq_hourly WHERE dlq_topic = %s", (dlq_topic,))
+        conn.execute("INSERT INTO dlq_hourly SELECT dlq_topic, date_trunc('hour', dlq_timestamp),"
+                     " coalesce(exception, '(malformed)'), count(*) FROM dlq_record"
+                     " WHERE dlq_topic = %s GROUP BY 1, 2, 3", (dlq_topic,))
+        replay_id = uuid.uuid4()
+        conn.execute("INSERT INTO dlq_redrive (replay_id, dlq_topic, actor, role, filter,"
+                     " planned, sent, state) VALUES (%s, %s, 'bench', 'operator', '{}', %s, %s,"
+                     " 'done')", (replay_id, dlq_topic, rows // 100, rows // 100))
+        conn.execute("INSERT INTO dlq_replay SELECT dlq_topic, dlq_partition, dlq_offset,"
+                     " 'orders', 0, dlq_offset, now(), %s FROM dlq_record WHERE dlq_topic = %s"
+                     " AND dlq_offset %% 100 = 0 AND dlq_partition = 0",
+                     (replay_id, dlq_topic))
+        conn.execute("ANALYZE dlq_record")
+        conn.execute("ANALYZE dlq_replay")
+    return time.monotonic() - started
+
+
+def drop_index(dsn: str, dlq_topic: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM dlq_replay WHERE dlq_topic = %s", (dlq_topic,))
+        conn.execute("DELETE FROM dlq_redrive WHERE dlq_topic = %s", (dlq_topic,))
+        conn.execute("DELETE FROM dlq_record WHERE dlq_topic = %s", (dlq_topic,))
+        conn.execute("DELETE FROM dlq_hourly WHERE dlq_topic = %s", (dlq_topic,))
+
+
+async def measure_browser(base: str, token: str, rows: int) -> Timings:
+    """The filtered lists and the overview, REPEATS times each (after one warm-up)."""
+    timings = Timings()
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    hour_ago = datetime.fromtimestamp(time.time() - 2 * 86_400, tz=UTC)
+    filters: dict[str, dict[str, str]] = {
+        "list: none": {},
+        "list: error class": {"exception": "HTTPStatusError"},
+        "list: message text": {"message": "HTTP 404"},
+        # One match in the whole index: the text search reads every row of the topic.
+        "list: message text, one match": {"message": f"failure number {rows * 7 // 9}:"},
+        "list: class + message": {"exception": "TimeoutError", "message": "failure number 12"},
+        "list: original partition": {"original_topic": "orders", "original_partition": "7"},
+        "list: key": {"key": f"order-{rows // 2}"},
+        "list: wait id": {"wait_id": str(uuid.UUID(_md5_hex(str(rows // 3))))},
+        "list: time range": {"since": hour_ago.isoformat(),
+                             "until": hour_ago.replace(hour=(hour_ago.hour + 1) % 24).isoformat()
+                             if hour_ago.hour < 23 else datetime.now(UTC).isoformat()},
+        "list: not replayed": {"replayed": "no", "exception": "ConnectionError"},
+        "list: replayed": {"replayed": "yes"},
+    }
+    async with aiohttp.ClientSession(headers=headers) as http:
+        for what, params in filters.items():
+            await _timed(http, f"{base}/dlq", params)  # warm-up
+            for _ in range(REPEATS):
+                ms, _body = await _timed(http, f"{base}/dlq", params)
+                timings.add(what, ms)
+        cursor: str | None = None
+        for _ in range(REPEATS * 5):  # keyset pages, 100 deep
+            params = {"exception": "TimeoutError"} | ({"before": cursor} if cursor else {})
+            ms, body = await _timed(http, f"{base}/dlq", params)
+            timings.add("list: keyset page, 100 deep", ms)
+            cursor = body["next"]
+        await _timed(http, f"{base}/")
+        for _ in range(REPEATS):
+            ms, _body = await _timed(http, f"{base}/")
+            timings.add("overview", ms)
+    return timings
+
+
+def _md5_hex(text: str) -> str:
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+# -- the bulk redrive --------------------------------------------------------------------------
+
+@dataclass
+class RedriveFigures:
+    records: int
+    rate_cap: float
+    plan_s: float
+    sustained_rate: float
+    total_s: float
+    written: int
+    distinct: int
+    state: str
+
+
+async def _fill_dlq(bootstrap: str, group: str, orders: str, count: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(orders, 4, 1), NewTopic(f"{group}.dlq", 4, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
+                                max_batch_size=512 * 1024)
+    await producer.start()
+    failure = Failure("TimeoutError", "no answer within 60 s")
+    try:
+        sends = []
+        for i in range(count):
+            source = SourceRecord(orders, i % 4, i, f"order-{i}".encode(),
+                                  f'{{"order": {i}}}'.encode(), (), 1_700_000_000_000 + i)
+            record = dlq_record(source, group, failure)
+            sends.append(await producer.send(f"{group}.dlq", record.value, key=record.key,
+                                             headers=list(record.headers)))
+            if len(sends) >= 10_000:
+                await asyncio.gather(*sends)
+                sends.clear()
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+
+
+async def count_topic(bootstrap: str, topic: str) -> Counter[bytes | None]:
+    """How often each key was written to `topic` (committed records only)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                isolation_level="read_committed")
+    await consumer.start()
+    keys: Counter[bytes | None] = Counter()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(4)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for batch in (await consumer.getmany(timeout_ms=500, max_records=10_000)).values():
+                keys.update(record.key for record in batch)
+    finally:
+        await consumer.stop()
+    return keys
+
+
+async def measure_redrive(bootstrap: str, dsn: str, records: int,
+                          rate: float) -> RedriveFigures:
+    suffix = secrets.token_hex(6)
+    group, orders = f"console-bench-{suffix}", f"console-bench-orders-{suffix}"
+    await _fill_dlq(bootstrap, group, orders, records)
+    token = secrets.token_urlsafe(24)
+    runner, base = await _console(f"{group}.dlq", bootstrap, dsn, token)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    try:
+        async with aiohttp.ClientSession(headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=None)) as http:
+            started = time.monotonic()
+            async with http.post(f"{base}/redrives/plan", json={}) as response:
+                response.raise_for_status()
+                plan = await response.json()
+            plan_s = time.monotonic() - started
+            async with http.post(f"{base}/redrives", json={
+                    "plan_id": plan["plan_id"], "confirm": plan["records"], "rate": rate}) as r:
+                r.raise_for_status()
+                replay_id = (await r.json())["replay_id"]
+            began = time.monotonic()
+            progress: list[tuple[float, int]] = []
+            while True:
+                _ms, body = await _timed(http, f"{base}/redrives/{replay_id}")
+                live = body["live"] or body["audit"]
+                progress.append((time.monotonic(), int(live["sent"])))
+                if body["audit"]["finished_at"] is not None:
+                    state = body["audit"]["state"]
+                    break
+                await asyncio.sleep(0.5)
+            total_s = time.monotonic() - began
+    finally:
+        await runner.cleanup()
+    keys = await count_topic(bootstrap, orders)
+    drop_index(dsn, f"{group}.dlq")
+    return RedriveFigures(records, rate, plan_s, sustained(progress, records), total_s,
+                          sum(keys.values()), len(keys), state)
+
+
+def sustained(progress: Sequence[tuple[float, int]], records: int) -> float:
+    """Records per second between the samples nearest 10% and 90% of `records`."""
+    low = next((p for p in progress if p[1] >= records * 0.1), progress[0])
+    high = next((p for p in progress if p[1] >= records * 0.9), progress[-1])
+    if high[0] <= low[0]:
+        return 0.0
+    return (high[1] - low[1]) / (high[0] - low[0])
+
+
+# -- the report --------------------------------------------------------------------------------
+
+def section(rows: int, fill_s: float, timings: Timings, redrive: RedriveFigures | None,
+            command: str) -> str:
+    measured = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
+    lines = [SECTION_START, f"### Console (issue 34) — measured {measured} UTC",
+             "", f"`{command}`, part of `make bench`. The DLQ index holds {rows:,} records "
+             f"(filled by SQL in {fill_s:.0f} s, with its hourly counts: five error classes, a "
+             "week of timestamps, 1% replayed); each request is timed by the console itself "
+             f"(`Server-Timing`), on the shared 2-core machine, {REPEATS} requests per row "
+             "after one warm-up.", "",
+             "| request | p50 ms | p95 ms | max ms |", "|---|---:|---:|---:|"]
+    for what, values in timings.samples.items():
+        lines.append(f"| {what} | {statistics.median(values):.1f} | {p95(values):.1f} | "
+                     f"{max(values):.1f} |")
+    lists = timings.all("list")
+    lines += ["", f"All filtered lists together: p95 {p95(lists):.1f} ms (goal <= 200 ms); "
+              f"overview p95 {p95(timings.samples['overview']):.1f} ms (goal <= 500 ms).", ""]
+    if redrive is not None:
+        within = abs(redrive.sustained_rate - redrive.rate_cap) / redrive.rate_cap * 100
+        lines += [
+            f"Bulk redrive of {redrive.records:,} DLQ records at a cap of "
+            f"{redrive.rate_cap:,.0f}/s through the console's API: dry run {redrive.plan_s:.1f}"
+            f" s; sustained {redrive.sustained_rate:,.0f} records/s between 10% and 90% "
+            f"({within:.1f}% from the cap; goal within 5%); {redrive.total_s:.1f} s in all, "
+            f"state {redrive.state}. Read back from Kafka: {redrive.written:,} records, "
+            f"{redrive.distinct:,} distinct originals (lost: {redrive.records - redrive.distinct:,}"
+            f", doubled: {redrive.written - redrive.distinct:,}).", ""]
+    lines.append(SECTION_END)
+    return "\n".join(lines)
+
+
+def record_section(out: Path, text: str) -> None:
+    """Replace the console section of `out` (below `make bench`'s keep marker), or add it."""
+    from loadtest.bench.report import KEEP_MARKER  # noqa: PLC0415
+
+    current = out.read_text() if out.exists() else ""
+    if SECTION_START in current and SECTION_END in current:
+        head, rest = current.split(SECTION_START, 1)
+        current = head + text + rest.split(SECTION_END, 1)[1]
+    elif KEEP_MARKER in current:
+        current = current.replace(KEEP_MARKER, f"{KEEP_MARKER}\n\n{text}\n", 1)
+    else:
+        current = f"{current}\n{KEEP_MARKER}\n\n{text}\n"
+    out.write_text(current)
+
+
+async def run(*, bootstrap_servers: str | None, dsn: str | None, rows: int = INDEX_ROWS,
+              redrive_records: int = REDRIVE_RECORDS,
+              redrive_rate: float = REDRIVE_RATE) -> tuple[int, float, Timings,
+                                                           RedriveFigures | None]:
+    bootstrap = resolve_bootstrap_servers(bootstrap_servers)
+    pg_dsn = resolve_pg_dsn(dsn)
+    dlq_topic = f"console-bench-index-{secrets.token_hex(4)}.dlq"
+    fill_s = await asyncio.to_thread(fill_index, pg_dsn, dlq_topic, rows)
+    token = secrets.token_urlsafe(24)
+    runner, base = await _console(dlq_topic, bootstrap, pg_dsn, token)
+    try:
+        timings = await measure_browser(base, token, rows)
+    finally:
+        await runner.cleanup()
+        await asyncio.to_thread(drop_index, pg_dsn, dlq_topic)
+    redrive = (await measure_redrive(bootstrap, pg_dsn, redrive_records, redrive_rate)
+               if redrive_records else None)
+    return rows, fill_s, timings, redrive
+
+
+def console_bench(
+    *,
+    out: Annotated[Path, typer.Option(help="Markdown report whose console section to "
+                                           "(re)write.")] = Path("docs/BENCHMARKS.md"),
+    rows: Annotated[int, typer.Option(help="Records in the DLQ index.", min=1)] = INDEX_ROWS,
+    redrive_records: Annotated[int, typer.Option(
+        help="DLQ records of the bulk redrive (0: none).", min=0)] = REDRIVE_RECORDS,
+    redrive_rate: Annotated[float, typer.Option(help="The redrive's rate cap, records/s.",
+                                                min=1)] = REDRIVE_RATE,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+    dsn: Annotated[str | None, typer.Option(
+        help="PostgreSQL DSN of the registry; default: the local stack.")] = None,
+) -> None:
+    """Benchmark the console: filtered lists and the overview over a large DLQ index, and a
+    bulk redrive at a rate cap, counted from Kafka; rewrites the console section of OUT."""
+    measured = asyncio.run(run(bootstrap_servers=bootstrap_servers, dsn=dsn, rows=rows,
+                               redrive_records=redrive_records, redrive_rate=redrive_rate))
+    command = (f"waitline loadtest console-bench --rows {rows} --redrive-records "
+               f"{redrive_records} --redrive-rate {redrive_rate:g}")
+    text = section(*measured, command=command)
+    record_section(out, text)
+    typer.echo(text)
