@@ -7,6 +7,7 @@ cannot redrive; a hostile record renders as text. The screenshots are the README
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 import uuid
@@ -41,7 +42,10 @@ from dispatcher.wire import Failure, dlq_record
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow,
               pytest.mark.timeout(300)]
 
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# The README's screenshots are made by these tests when asked (`WAITLINE_SCREENSHOTS=docs/console
+# .venv/bin/pytest tests/integration/test_console_browser.py`); a plain run keeps the tree clean.
+SHOTS = Path(os.environ.get("WAITLINE_SCREENSHOTS", "")) if os.environ.get(
+    "WAITLINE_SCREENSHOTS") else None
 DECLINED = Failure("HTTPStatusError", "HTTP 402: card declined",
                    'Traceback (most recent call last):\n  File "payments.py", line 12\n'
                    "HTTPStatusError: HTTP 402: card declined")
@@ -104,6 +108,9 @@ def _wait_for(driver: WebDriver, css: str, timeout_s: float = 15) -> object:
 
 
 def _shot(driver: WebDriver, name: str) -> None:
+    if SHOTS is None:
+        assert driver.get_screenshot_as_png()  # the page renders; kept only when asked
+        return
     SHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
 
