@@ -189,6 +189,7 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
     lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None}
     cut_off = {(pod, _wait_id_of_write(topic, record))
                for pod, topic, record in log.cluster.cancelled_writes}
+    writers = _swept_writers(log)
     out = []
     for wait_id, calls in _calls(log).items():
         if wait_id not in log.swept:
@@ -197,9 +198,16 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
         if (call.pod in lived_on and call.ended is not None and call.ended <= log.swept[wait_id]
                 and call.outcome not in ("cancelled", "cut off")
                 and (call.pod, wait_id) not in cut_off):
-            out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
-                       f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "
-                       "it; the sweep expired it")
+            writer = writers.get(wait_id)
+            if writer not in (None, call.pod):
+                out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
+                           f"{writer}'s wait record landed after {call.pod} closed it (a "
+                           "prepare its revoke gave up on) and reopened it; the sweep expired "
+                           "it")
+            else:
+                out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
+                           f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "
+                           "it; the sweep expired it")
     return out
 
 
