@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from simkafka import SimRecord
 from world import GROUP, INPUT, Call, RunLog
@@ -149,15 +149,19 @@ def commit_only_what_is_prepared(log: RunLog) -> list[str]:
     return out
 
 
+def _committed_inputs(log: RunLog) -> Iterator[tuple[SimRecord, str]]:
+    """The input records below their partition's committed offset, with their wait ids."""
+    for record in _inputs(log):
+        if record.offset < log.cluster.committed.get(
+                TopicPartition(record.topic, record.partition), 0):
+            yield record, _wait_id(record)
+
+
 def committed_means_called(log: RunLog) -> list[str]:
     """A record below the committed offset was called, or has the pod's own DLQ record."""
     calls, dlq = _calls(log), _dlq(log)
     out = []
-    for record in _inputs(log):
-        tp = TopicPartition(record.topic, record.partition)
-        if record.offset >= log.cluster.committed.get(tp, 0):
-            continue
-        wait_id = _wait_id(record)
+    for record, wait_id in _committed_inputs(log):
         own_dlq = any(r.written_by != "sweep" for r in dlq.get(wait_id, []))
         if not calls.get(wait_id) and not own_dlq:
             swept = " (the sweep expired it into the DLQ)" if wait_id in log.swept else ""
@@ -170,11 +174,7 @@ def every_record_ends(log: RunLog) -> list[str]:
     """Every input record ends called to an outcome, in the DLQ, or uncommitted."""
     calls, dlq = _calls(log), _dlq(log)
     out = []
-    for record in _inputs(log):
-        tp = TopicPartition(record.topic, record.partition)
-        if record.offset >= log.cluster.committed.get(tp, 0):
-            continue  # owned by the next owner
-        wait_id = _wait_id(record)
+    for record, wait_id in _committed_inputs(log):  # the rest is owned by the next owner
         ended = any(c.outcome == "ok" for c in calls.get(wait_id, [])) or wait_id in dlq
         if not ended:
             made = [f"{c.pod}:{c.outcome or 'unfinished'}" for c in calls.get(wait_id, [])]

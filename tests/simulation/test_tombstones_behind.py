@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 from cases import answer, calls_per_record, wait_topic
 from oracle import check
@@ -19,6 +20,17 @@ BEHIND = WINDOW // 10  # records that may write their tombstone outside the wind
 AHEAD = prepared_ahead(WINDOW)  # records admitted beyond it, prepared ahead of a call slot
 
 
+def _held_until(gate: asyncio.Event) -> Callable[[World, str, str, OutgoingRecord],
+                                                 Awaitable[None]]:
+    """A `before_write` hook holding every tombstone back until `gate` is set."""
+    async def held_tombstones(_world: World, _pod: str, topic: str,
+                              record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is None:
+            await gate.wait()
+
+    return held_tombstones
+
+
 def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
     """Tombstone acknowledgements are held back: the window of 20 and its 2 records prepared
     ahead still let 24 records be called (2, a tenth of the window, freed their slots for 2
@@ -26,11 +38,6 @@ def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
     only 22 calls arrived."""
     gate = asyncio.Event()
     called_while_held: list[int] = []
-
-    async def held_tombstones(_world: World, _pod: str, topic: str,
-                              record: OutgoingRecord) -> None:
-        if topic.endswith(".wait") and record.value is None:
-            await gate.wait()
 
     async def hold_then_release(world: World) -> None:
         with contextlib.suppress(TimeoutError):
@@ -40,7 +47,7 @@ def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
         gate.set()
 
     log = simulate(quiet({"concurrency": WINDOW}, partitions=2, records=RECORDS,
-                         handle=answer(lambda _v: 0.01), before_write=held_tombstones,
+                         handle=answer(lambda _v: 0.01), before_write=_held_until(gate),
                          script=hold_then_release))
     assert called_while_held == [WINDOW + AHEAD + BEHIND]  # then the bound holds
     assert len(calls_per_record(log)) == RECORDS
@@ -57,11 +64,6 @@ def test_under_an_adaptive_window_the_bound_follows_its_current_size() -> None:
     gate = asyncio.Event()
     called_while_held: list[int] = []
 
-    async def held_tombstones(_world: World, _pod: str, topic: str,
-                              record: OutgoingRecord) -> None:
-        if topic.endswith(".wait") and record.value is None:
-            await gate.wait()
-
     async def hold_then_release(world: World) -> None:
         await asyncio.sleep(5.0)
         called_while_held.append(len(world.log.calls))
@@ -69,7 +71,7 @@ def test_under_an_adaptive_window_the_bound_follows_its_current_size() -> None:
 
     log = simulate(quiet({"concurrency": "auto", "min_concurrency": window,
                           "max_concurrency": 500}, records=RECORDS,
-                         handle=answer(lambda _v: 0.01), before_write=held_tombstones,
+                         handle=answer(lambda _v: 0.01), before_write=_held_until(gate),
                          script=hold_then_release))
     assert called_while_held == [window + prepared_ahead(window) + window // 10]
     assert check(log) == []
