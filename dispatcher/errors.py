@@ -13,7 +13,7 @@
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
 
 Counterparty problems are not exceptions: `Counterparty.call` returns a `CallOutcome` (see
-dispatcher.pod.outcome). Library errors (aiokafka, aiohttp, psycopg) are translated at the module
+dispatcher.call.contract). Library errors (aiokafka, aiohttp, psycopg) are translated at the module
 that talks to them.
 """
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dispatcher.call.contract import CallResult
 from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError
 
@@ -42,20 +43,6 @@ class CircuitState(enum.StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
-
-
-class CallResult(enum.StrEnum):
-    """What one call to the counterparty showed about its health."""
-
-    SUCCESS = "success"
-    FAST_FAILURE = "fast_failure"  # an error answered well before the call's deadline
-    REFUSED = "refused"  # connection refused or reset
-    SERVER_ERROR = "server_error"  # 5xx
-    TIMEOUT = "timeout"
-
-    @property
-    def failed(self) -> bool:
-        return self is not CallResult.SUCCESS
 
 
 @dataclass(frozen=True)

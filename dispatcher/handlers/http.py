@@ -16,10 +16,10 @@ from typing import Any, Self
 
 import aiohttp
 
+from dispatcher.call.http import pooled_session
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.http_exchange import HttpExchange
 from dispatcher.handlers.record import Record, Retryable
-from dispatcher.pod.counterparty import pooled_session
 
 __all__ = ["AiohttpHandler", "handler"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from dispatcher.call.outcomes import body_snippet, parse_retry_after_s
 from dispatcher.errors import ConfigError
 from dispatcher.handlers.http_config import HttpHandlerConfig
 from dispatcher.handlers.record import Record, Retryable
-from dispatcher.pod.outcome import body_snippet, parse_retry_after_s
 from dispatcher.secrets import register_basic_auth, register_secret
 
 __all__ = ["HTTPStatusError", "HttpExchange", "HttpRequest", "RecordFieldError", "UrlTemplate"]

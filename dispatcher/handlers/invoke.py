@@ -25,18 +25,17 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from dispatcher.call.contract import (
+    AttemptObserver,
+    CallOutcome,
+    CallRequest,
+    CallResult,
+    ignore_attempt,
+)
+from dispatcher.call.outcomes import Attempt, RetryPolicy, attempt_from_error, deadline_outcome
 from dispatcher.clock import monotonic_s
-from dispatcher.flow.breaker import CallResult
 from dispatcher.handlers.loader import Handler
 from dispatcher.handlers.record import HandlerResult, Record, Retryable
-from dispatcher.pod.counterparty import AttemptObserver, CallRequest, ignore_attempt
-from dispatcher.pod.outcome import (
-    Attempt,
-    CallOutcome,
-    RetryPolicy,
-    attempt_from_error,
-    deadline_outcome,
-)
 from dispatcher.wire import Failure, SourceRecord
 
 __all__ = [

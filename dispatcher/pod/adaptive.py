@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from dispatcher.call.contract import CallResult
 from dispatcher.clock import monotonic_s
 from dispatcher.flow.adaptive import AdaptiveConfig, AdaptiveLimit
-from dispatcher.flow.breaker import CallResult
 from dispatcher.pod.metrics import DispatcherMetrics
 
 log = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from dispatcher.call.contract import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import KafkaClientError
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
-from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import OutcomeWriter, source_record

@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.calls import CallSlots
 from dispatcher.pod.circuit import Circuit
-from dispatcher.pod.counterparty import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import CallOutcome
 from dispatcher.pod.preparer import Preparer
 from dispatcher.wire import OutgoingRecord, SourceRecord, idempotency_key_of
 

@@ -16,16 +16,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from dispatcher.call.contract import CallOutcome, CallResult
+from dispatcher.call.outcomes import DEADLINE_ERROR
 from dispatcher.clock import monotonic_s
-from dispatcher.flow.breaker import (
-    BreakerConfig,
-    CallResult,
-    CircuitBreaker,
-    CircuitState,
-    Transition,
-)
+from dispatcher.flow.breaker import BreakerConfig, CircuitBreaker, CircuitState, Transition
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import DEADLINE_ERROR, CallOutcome
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from dispatcher.call.contract import Counterparty
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.loopguard import LoopGuard
@@ -41,7 +42,6 @@ from dispatcher.pod.caller import Caller
 from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.committer import Committer
-from dispatcher.pod.counterparty import Counterparty
 from dispatcher.pod.lag import (
     AWAITING_PREPARE,
     LagReporter,

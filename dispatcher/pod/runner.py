@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from dispatcher.call.contract import AttemptObserver, Counterparty, observe_all
+from dispatcher.call.http import CounterpartySettings, HttpCounterparty
 from dispatcher.flow.rate import RateGate
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
@@ -32,13 +34,6 @@ from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.collector import collector_thresholds
-from dispatcher.pod.counterparty import (
-    AttemptObserver,
-    Counterparty,
-    CounterpartySettings,
-    HttpCounterparty,
-    observe_all,
-)
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import DispatchSettings, Mode, WindowConfig

@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from dispatcher.call.http import CounterpartySettings
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError
@@ -35,7 +36,6 @@ from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
-from dispatcher.pod.counterparty import CounterpartySettings
 
 DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_CONCURRENCY = 100_000

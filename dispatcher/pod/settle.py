@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import logging
 
+from dispatcher.call.contract import CallOutcome, ResultValue
 from dispatcher.errors import RecordTooLargeError
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import CallOutcome, ResultValue
 from dispatcher.secrets import masked_failure
 from dispatcher.wire import (
     ORIGINAL_OFFSET,

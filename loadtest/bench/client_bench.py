@@ -33,12 +33,13 @@ import httpx
 from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
+from dispatcher.call.contract import CallRequest
+from dispatcher.call.http import CounterpartySettings, HttpCounterparty
 from dispatcher.handlers import Handler
 from dispatcher.handlers.http import AiohttpHandler
 from dispatcher.handlers.http_config import HttpHandlerConfig
 from dispatcher.handlers.httpx_handler import HttpxHandler
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
-from dispatcher.pod.counterparty import CallRequest, CounterpartySettings, HttpCounterparty
 from dispatcher.wire import SourceRecord
 
 BODY = (

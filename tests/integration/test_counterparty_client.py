@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from dispatcher.pod.counterparty import (
-    CallRequest,
-    CounterpartySettings,
-    FunctionCounterparty,
-    HttpCounterparty,
-)
-from dispatcher.pod.outcome import CallOutcome
+from dispatcher.call.contract import CallOutcome, CallRequest, FunctionCounterparty
+from dispatcher.call.http import CounterpartySettings, HttpCounterparty
 
 pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 

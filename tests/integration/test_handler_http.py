@@ -19,12 +19,13 @@ import pytest
 from aiohttp import web
 from dispatch_helpers import Answer, RecordingCounterparty, create_topic, run_pod_until
 
+from dispatcher.call.contract import CallOutcome
+from dispatcher.call.outcomes import RetryPolicy
 from dispatcher.handlers import Handler, Record
 from dispatcher.handlers.http import AiohttpHandler, handler
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.httpx_handler import HttpxHandler
 from dispatcher.handlers.invoke import HandlerCounterparty
-from dispatcher.pod.outcome import CallOutcome, RetryPolicy
 from dispatcher.pod.settings import load_settings
 from loadtest.mock.counterparty import MockCounterparty
 from loadtest.mock.generator import produce

@@ -26,9 +26,9 @@ from cases import (
 from oracle import check
 from world import GROUP, Call, Input, World, quiet, simulate
 
+from dispatcher.call.contract import CallOutcome, CallRequest
 from dispatcher.handlers.invoke import HandlerCounterparty
 from dispatcher.handlers.record import Record
-from dispatcher.pod.counterparty import CallOutcome, CallRequest
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
 
 

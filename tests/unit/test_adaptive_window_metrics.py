@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dispatcher.call.contract import CallResult
 from dispatcher.flow.adaptive import AdaptiveConfig
-from dispatcher.flow.breaker import CallResult
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.metrics import DispatcherMetrics
 

@@ -8,16 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dispatcher.flow.breaker import CallResult
-from dispatcher.handlers import Record, Retryable
-from dispatcher.handlers.invoke import HandlerCounterparty
-from dispatcher.pod.counterparty import CallRequest
-from dispatcher.pod.outcome import (
+from dispatcher.call.contract import CallRequest, CallResult
+from dispatcher.call.outcomes import (
     RetryPolicy,
     attempt_from_error,
     attempt_from_response,
     health_of,
 )
+from dispatcher.handlers import Record, Retryable
+from dispatcher.handlers.invoke import HandlerCounterparty
 from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.unit

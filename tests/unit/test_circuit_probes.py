@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.flow.breaker import BreakerConfig, CallResult
+from dispatcher.call.contract import CallOutcome, CallResult
+from dispatcher.call.outcomes import DEADLINE_ERROR
+from dispatcher.flow.breaker import BreakerConfig
 from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.outcome import DEADLINE_ERROR, CallOutcome
 from dispatcher.wire import Failure
 
 pytestmark = pytest.mark.unit

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.call.contract import CallResult
 from dispatcher.errors import ConfigError
 from dispatcher.flow.breaker import (
     DEFAULT_HORIZON_S,
     BreakerConfig,
-    CallResult,
     CircuitBreaker,
     CircuitState,
     Transition,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.call.contract import CallOutcome, CallRequest
+from dispatcher.call.outcomes import RetryPolicy
 from dispatcher.handlers import Record, Retryable
 from dispatcher.handlers.invoke import HandlerCounterparty, next_pause_s, record_for, result_bytes
-from dispatcher.pod.counterparty import CallRequest
-from dispatcher.pod.outcome import CallOutcome, RetryPolicy
 from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.unit

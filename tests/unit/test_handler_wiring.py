@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from dispatcher.call.contract import CallOutcome, ResultValue
 from dispatcher.errors import ConfigError
-from dispatcher.pod.outcome import CallOutcome, ResultValue
 from dispatcher.pod.runner import describe
 from dispatcher.pod.settings import load_settings
 from dispatcher.pod.settle import result_record

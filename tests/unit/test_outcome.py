@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.errors import ConfigError
-from dispatcher.pod.counterparty import CounterpartySettings
-from dispatcher.pod.outcome import (
+from dispatcher.call.http import CounterpartySettings
+from dispatcher.call.outcomes import (
     BODY_SNIPPET_CHARS,
     Attempt,
     RetryPolicy,
@@ -26,6 +25,7 @@ from dispatcher.pod.outcome import (
     final_outcome,
     parse_retry_after_s,
 )
+from dispatcher.errors import ConfigError
 from dispatcher.wire import Failure
 
 pytestmark = pytest.mark.unit

@@ -1,9 +1,7 @@
-"""The seam to the counterparty: one async method that POSTs a record and says how it ended.
+"""The built-in HTTP counterparty (`--counterparty-url`): POSTs a record and says how it ended.
 
-`Counterparty.call` never raises for counterparty problems (status codes, connection errors,
-the deadline): it returns a `CallOutcome`. It does propagate `asyncio.CancelledError`.
-`HttpCounterparty` is the HTTP implementation; `FunctionCounterparty` adapts a plain async
-function for tests and in-process fakes.
+`HttpCounterparty` implements the `Counterparty` contract (`dispatcher.call.contract`) over
+HTTP; `pooled_session` is the keep-alive pool it and the built-in HTTP handler share.
 
 Built on aiohttp directly, chosen by measurement (`python -m loadtest.bench.client_bench`:
 client CPU per call against a loopback server at N = 50/200/1000 concurrent calls): httpx's default
@@ -15,26 +13,28 @@ run by tenacity's `AsyncRetrying`, which added about 0.1 ms of CPU to every call
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import ssl as ssl_module
 import string
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType, TracebackType
-from typing import Protocol, Self
+from typing import Self
 
 import aiohttp
 from yarl import URL
 
-from dispatcher.clock import monotonic_s
-from dispatcher.errors import ConfigError
-from dispatcher.flow.breaker import CallResult
-from dispatcher.pod.outcome import (
-    Attempt,
+from dispatcher.call.contract import (
+    AttemptObserver,
     CallOutcome,
+    CallRequest,
+    CallResult,
+    ignore_attempt,
+)
+from dispatcher.call.outcomes import (
+    Attempt,
     RetryPolicy,
     Verdict,
     attempt_from_error,
@@ -43,17 +43,11 @@ from dispatcher.pod.outcome import (
     final_outcome,
     health_of,
 )
-from dispatcher.wire import Failure, SourceRecord
-
-log = logging.getLogger(__name__)
+from dispatcher.clock import monotonic_s
+from dispatcher.errors import ConfigError
 
 __all__ = [
-    "AttemptObserver",
-    "CallOutcome",
-    "CallRequest",
-    "Counterparty",
     "CounterpartySettings",
-    "FunctionCounterparty",
     "HttpCounterparty",
     "pooled_session",
 ]
@@ -65,72 +59,6 @@ the connection (it is closed) rather than memory."""
 
 _RESERVED_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host"})
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
-
-
-@dataclass(frozen=True, slots=True)
-class CallRequest:
-    """One record to send: the value bytes and the idempotency key (the wait id unless a replay
-    keeps its original one); a handler also sees the consumed record and its wait id."""
-
-    body: bytes
-    idempotency_key: str
-    source: SourceRecord | None = None
-    wait_id: str | None = None
-    """None: the same as `idempotency_key`."""
-
-
-AttemptObserver = Callable[[CallResult, float], None]
-"""Told when each attempt ends, retries included: what it showed about the counterparty's health,
-and when it started (`monotonic_s()`). The circuit breaker and the adaptive window listen."""
-
-
-def ignore_attempt(result: CallResult, started_at: float) -> None:
-    """The `AttemptObserver` of a pod without a circuit breaker or adaptive window."""
-
-
-async def call_settling_bugs(counterparty: Counterparty, request: CallRequest) -> CallOutcome:
-    """The counterparty's outcome; a client bug becomes a DLQ-able failure, not a lost outcome
-    (the record is prepared: it must still end with a DLQ record and a tombstone)."""
-    started = monotonic_s()
-    try:
-        return await counterparty.call(request)
-    except Exception as exc:  # any client failure must still settle the record
-        log.exception("counterparty client failed unexpectedly for wait id %s", request.wait_id)
-        failure = Failure(type(exc).__name__, str(exc), traceback.format_exc())
-        return CallOutcome(ok=False, status=None, attempts=1,
-                           elapsed_s=monotonic_s() - started, failure=failure)
-
-
-def observe_all(observers: list[AttemptObserver]) -> AttemptObserver:
-    """One observer telling each of `observers` (the circuit breaker, the adaptive window)."""
-    if not observers:
-        return ignore_attempt
-    if len(observers) == 1:
-        return observers[0]
-
-    def observe(result: CallResult, started_at: float) -> None:
-        for observer in observers:
-            observer(result, started_at)
-
-    return observe
-
-
-class Counterparty(Protocol):
-    """The external system a record is sent to."""
-
-    async def call(self, request: CallRequest) -> CallOutcome:
-        """Send `request` and report how it ended; never raises for counterparty problems."""
-        ...
-
-
-class FunctionCounterparty:
-    """A `Counterparty` backed by a plain async function (tests, in-process fakes)."""
-
-    def __init__(self, fn: Callable[[CallRequest], Awaitable[CallOutcome]]) -> None:
-        self._fn = fn
-
-    async def call(self, request: CallRequest) -> CallOutcome:
-        return await self._fn(request)
 
 
 @dataclass(frozen=True, slots=True)

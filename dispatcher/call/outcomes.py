@@ -1,6 +1,6 @@
 """What a counterparty answer means (success, retry, or final failure) and how long to wait.
 
-Pure: no I/O. The HTTP shell (`dispatcher.pod.counterparty`) turns each HTTP attempt into an
+Pure: no I/O. The HTTP shell (`dispatcher.call.http`) turns each HTTP attempt into an
 `Attempt` with `attempt_from_response` or `attempt_from_error`, asks `RetryPolicy` how long to
 pause before the next one, and ends with `final_outcome` or `deadline_outcome`.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from dispatcher.flow.breaker import CallResult
+from dispatcher.call.contract import CallOutcome, CallResult
 from dispatcher.wire import Failure
 
 RETRIABLE_CLIENT_STATUSES = frozenset({408, 429})
@@ -131,29 +131,6 @@ def parse_retry_after_s(value: str, *, now: datetime) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT; obsolete forms may parse zone-less
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - now).total_seconds())
-
-
-class ResultValue(enum.Enum):
-    """Where a successful call's result record comes from when no handler gave one."""
-
-    CALL_SUMMARY = "call-summary"
-    """Waitline's JSON summary of the call (the built-in `HttpCounterparty`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CallOutcome:
-    """How one call ended: `ok` with the final status, or a `failure` ready for a DLQ record.
-
-    `result` is the result record's value: a handler's return value as bytes, None for no
-    result record, or `ResultValue.CALL_SUMMARY` for the JSON summary.
-    """
-
-    ok: bool
-    status: int | None
-    attempts: int
-    elapsed_s: float
-    failure: Failure | None
-    result: bytes | ResultValue | None = ResultValue.CALL_SUMMARY
 
 
 def final_outcome(attempt: Attempt, *, attempts: int, elapsed_s: float) -> CallOutcome:
