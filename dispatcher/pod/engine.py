@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from dispatcher.aio import DoneSignal
 from dispatcher.call.contract import Counterparty
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
@@ -62,7 +63,6 @@ from dispatcher.pod.preparer import Preparer
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
-from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dispatcher.aio import DoneSignal
 from dispatcher.clock import monotonic_s
 from dispatcher.kafka.seam import SourceConsumer
 from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 

@@ -11,8 +11,8 @@ two pods never call records of one key at the same time. A waiting record counts
 
 from __future__ import annotations
 
+from dispatcher.aio import DoneSignal
 from dispatcher.flow.ordering import OrderingGate, OrderingMode
-from dispatcher.pod.signals import DoneSignal
 from dispatcher.pod.watermark import TopicPartitionKey
 
 # topic, partition, offset, and the partition's generation in this pod: a partition given back

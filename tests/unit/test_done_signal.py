@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from dispatcher.pod.signals import DoneSignal
+from dispatcher.aio import DoneSignal
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,5 @@
-"""A light set-once signal, one (or two) per record in the window."""
+"""asyncio helpers for the pod and the flow policies: `DoneSignal`, a light set-once signal,
+one (or two) per record in the window."""
 
 from __future__ import annotations
 
