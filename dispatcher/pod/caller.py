@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable
 
 from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, call_settling_bugs
+from dispatcher.flow.breaker import Circuit
 from dispatcher.pod.calls import CallSlots
-from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.preparer import Preparer
 from dispatcher.wire import OutgoingRecord, SourceRecord, idempotency_key_of

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from dispatcher.call.contract import AttemptObserver, Counterparty, observe_all
 from dispatcher.call.http import CounterpartySettings, HttpCounterparty
+from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.rate import RateGate
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.handlers.loader import LoadedHandler, load_handler
@@ -32,7 +33,6 @@ from dispatcher.kafka.seam import AckedWrites, SourceConsumer
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
-from dispatcher.pod.circuit import Circuit
 from dispatcher.pod.collector import collector_thresholds
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer

@@ -80,7 +80,7 @@ def test_a_share_of_hung_calls_does_not_open_the_circuit(
         await asyncio.sleep(2 * DEADLINE_S if attempts % 20 == 0 else 0.02)
         return b"{}"
 
-    with caplog.at_level("INFO", logger="dispatcher.pod.circuit"):
+    with caplog.at_level("INFO", logger="dispatcher.flow.breaker"):
         log = simulate(quiet({"concurrency": 100, "deadline": DEADLINE_S,
                               "circuit_breaker": "window=1s"}, partitions=3, records=records,
                              handle=handle, sweep_every_s=30.0))

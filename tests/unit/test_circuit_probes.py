@@ -8,8 +8,7 @@ import pytest
 
 from dispatcher.call.contract import CallOutcome, CallResult
 from dispatcher.call.outcomes import DEADLINE_ERROR
-from dispatcher.flow.breaker import BreakerConfig
-from dispatcher.pod.circuit import Circuit
+from dispatcher.flow.breaker import BreakerConfig, Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.wire import Failure
 
