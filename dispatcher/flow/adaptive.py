@@ -30,15 +30,29 @@ by time: a window held just past the counterparty's knee never sees the unqueued
 so a floor that aged out would let it creep into overload. The ideas are those of TCP Vegas and
 Netflix concurrency-limits' Gradient2 (a latency gradient, AIMD on loss); the rules and
 constants are ours.
+
+`AdaptiveWindow` is the window as the pod runs it: fed by every call attempt, asked for the
+window's size before each fetch. It gives the rules (`AdaptiveLimit`, pure) the clock, shows
+the window, its latency floor and its changes in metrics, and logs each decrease for overload.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
+from dispatcher.call.contract import CallResult
+from dispatcher.clock import monotonic_s
 from dispatcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge
+
+log = logging.getLogger(__name__)
 
 MIN_GRADIENT = 0.5
 OVERLOAD_MIN_ATTEMPTS = 2  # one stray 503 in a round is noise, not overload
@@ -163,3 +177,54 @@ class AdaptiveLimit:
             return None
         old, self.limit = self.limit, new
         return Adjustment(old, new, reason, median, floor)
+
+
+class WindowMetrics(Protocol):
+    """The metrics `AdaptiveWindow` sets (the pod's `DispatcherMetrics` has them)."""
+
+    @property
+    def window(self) -> Gauge: ...
+    @property
+    def latency_floor(self) -> Gauge: ...
+    @property
+    def window_changes(self) -> Counter: ...
+
+
+# A 429 or 5xx answer, or a refused connection: the counterparty sheds load. A timeout is a
+# latency sample at its full length instead (a few hung calls do not mean overload).
+OVERLOAD = frozenset({CallResult.FAST_FAILURE, CallResult.SERVER_ERROR, CallResult.REFUSED})
+
+
+class AdaptiveWindow:
+    """One pod's window under `--concurrency auto`."""
+
+    def __init__(self, config: AdaptiveConfig, metrics: WindowMetrics,
+                 clock: Callable[[], float] = monotonic_s) -> None:
+        self._limit = AdaptiveLimit(config)
+        self._metrics = metrics
+        self._clock = clock
+        metrics.window.set(self._limit.limit)
+
+    @property
+    def size(self) -> int:
+        return self._limit.limit
+
+    def used(self, records_in_window: int) -> None:
+        """The engine tells how full the window is as it admits records."""
+        self._limit.used(records_in_window)
+
+    def attempt_ended(self, result: CallResult, started_at: float) -> None:
+        """The `AttemptObserver` the counterparty reports every attempt to."""
+        change = self._limit.record(started_at, self._clock(), overload=result in OVERLOAD)
+        if self._limit.floor_s is not None:  # a round may move the floor and not the window
+            self._metrics.latency_floor.set(self._limit.floor_s)
+        if change is None:
+            return
+        self._metrics.window.set(change.new)
+        self._metrics.window_changes.labels(change.reason).inc()
+        if change.reason == "overload":
+            log.info("adaptive window %d -> %d: the counterparty sheds load (429/5xx/refused)",
+                     change.old, change.new)
+        else:
+            log.debug("adaptive window %d -> %d (%s: median %.3f s, floor %.3f s)", change.old,
+                      change.new, change.reason, change.median_s, change.floor_s)

@@ -33,13 +33,13 @@ from dispatcher.aio import DoneSignal
 from dispatcher.call.contract import Counterparty
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
+from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.loopguard import LoopGuard
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
-from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.caller import Caller
 from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.committer import Committer

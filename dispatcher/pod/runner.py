@@ -16,6 +16,7 @@ from typing import Protocol
 
 from dispatcher.call.contract import AttemptObserver, Counterparty, observe_all
 from dispatcher.call.http import CounterpartySettings, HttpCounterparty
+from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.rate import RateGate
 from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
@@ -31,7 +32,6 @@ from dispatcher.kafka.clients import (
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
-from dispatcher.pod.adaptive import AdaptiveWindow
 from dispatcher.pod.batch import BatchEngine
 from dispatcher.pod.collector import collector_thresholds
 from dispatcher.pod.engine import AtLeastOnceEngine

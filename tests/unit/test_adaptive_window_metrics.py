@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.call.contract import CallResult
-from dispatcher.flow.adaptive import AdaptiveConfig
-from dispatcher.pod.adaptive import AdaptiveWindow
+from dispatcher.flow.adaptive import AdaptiveConfig, AdaptiveWindow
 from dispatcher.pod.metrics import DispatcherMetrics
 
 pytestmark = pytest.mark.unit
