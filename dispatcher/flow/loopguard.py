@@ -18,14 +18,28 @@ binds, and a loop held up by something else (a handler that blocks, a burst of g
 collection) is not helped by fewer records in flight. A gradient decrease and a multiplicative
 increase, as in `dispatcher.flow.adaptive`; the signal is the pod's own loop, not the
 counterparty's latency.
+
+`LoopWatch` is the guard as the pod runs it: a task that measures how late the event loop fires
+a timer. Every `SAMPLE_S` it sleeps and notes how late it woke; every `PERIOD_S` the mean
+lateness goes to the guard, and to `waitline_event_loop_lag_seconds`. The cap is shown in
+`waitline_loop_cap`; the log says when it starts and stops holding the window back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from dispatcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prometheus_client import Gauge
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_LAG_S = 0.025
 DEFAULT_FLOOR = 100
@@ -87,3 +101,66 @@ class LoopGuard:
             return None
         old, self.cap = self.cap, new
         return CapChange(old, new, mean_lag_s)
+
+
+class LoopMetrics(Protocol):
+    """The metrics `LoopWatch` sets (the pod's `DispatcherMetrics` has them)."""
+
+    @property
+    def loop_lag(self) -> Gauge: ...
+    @property
+    def loop_cap(self) -> Gauge: ...
+
+
+SAMPLE_S = 0.02
+PERIOD_S = 1.0
+
+
+class LoopWatch:
+    """Owns the measuring task: `run` until cancelled; `cap` is read before each fetch."""
+
+    def __init__(self, guard: LoopGuard | None, metrics: LoopMetrics,
+                 in_flight: Callable[[], int]) -> None:
+        self._guard = guard
+        self._metrics = metrics
+        self._in_flight = in_flight
+        self._cutting = False  # the last change was a cut: the loop was saturated
+        metrics.loop_cap.set(guard.cap if guard is not None else 0)
+
+    @property
+    def cap(self) -> int | None:
+        """The most calls the loop can take now; None when there is no guard."""
+        return None if self._guard is None else self._guard.cap
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            lateness = 0.0
+            samples = 0
+            period_ends = loop.time() + PERIOD_S
+            while (now := loop.time()) < period_ends:
+                await asyncio.sleep(SAMPLE_S)
+                lateness += max(0.0, loop.time() - now - SAMPLE_S)
+                samples += 1
+            self.period_ended(lateness / samples)
+
+    def period_ended(self, mean_lag_s: float) -> None:
+        self._metrics.loop_lag.set(mean_lag_s)
+        if self._guard is None:
+            return
+        change = self._guard.period_ended(mean_lag_s, self._in_flight())
+        if change is None:
+            return
+        self._metrics.loop_cap.set(change.new)
+        cut = change.new < change.old
+        was_cutting, self._cutting = self._cutting, cut
+        if cut and not was_cutting:
+            log.info("the event loop is saturated (mean lag %.0f ms): calls in flight capped "
+                     "at %d (window %d) until it catches up", mean_lag_s * 1000, change.new,
+                     self._guard.window)
+        elif not self._guard.binding:
+            log.info("the event loop keeps up (mean lag %.0f ms): the whole window of %d is "
+                     "open", mean_lag_s * 1000, change.new)
+        else:
+            log.debug("loop cap %d -> %d (mean lag %.1f ms)", change.old, change.new,
+                      mean_lag_s * 1000)

@@ -35,7 +35,7 @@ from dispatcher.clock import monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
-from dispatcher.flow.loopguard import LoopGuard
+from dispatcher.flow.loopguard import LoopGuard, LoopWatch
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
@@ -49,7 +49,6 @@ from dispatcher.pod.lag import (
     Unprepared,
     UnpreparedRecord,
 )
-from dispatcher.pod.loopwatch import LoopWatch
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     cancel_left_over,

@@ -7,8 +7,7 @@ import logging
 
 import pytest
 
-from dispatcher.flow.loopguard import LoopGuard, LoopGuardConfig
-from dispatcher.pod.loopwatch import LoopWatch
+from dispatcher.flow.loopguard import LoopGuard, LoopGuardConfig, LoopWatch
 from dispatcher.pod.metrics import DispatcherMetrics
 
 pytestmark = pytest.mark.unit
@@ -28,7 +27,7 @@ def test_one_line_when_the_loop_saturates_and_one_when_the_window_is_whole_again
     metrics = DispatcherMetrics()
     watch = LoopWatch(LoopGuard(LoopGuardConfig(), 5000), metrics, lambda: 1100)
     assert watch.cap == 1000 and gauge(metrics, "waitline_loop_cap") == 1000  # opens from 1,000
-    caplog.set_level(logging.DEBUG, logger="dispatcher.pod.loopwatch")
+    caplog.set_level(logging.DEBUG, logger="dispatcher.flow.loopguard")
     watch.period_ended(0.1)
     watch.period_ended(0.1)
     assert info_lines(caplog) == ["the event loop is saturated (mean lag 100 ms): calls in "
