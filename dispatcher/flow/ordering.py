@@ -8,6 +8,15 @@ lanes never wait for each other, so different keys still fill the window.
 
 Records without a key have no order to keep in `key` mode (Kafka's default partitioner spreads
 them over partitions anyway): each is admitted at once.
+
+`Turns` is the gate as the engine runs it: the core's `OrderingGate`, with a signal per record
+that waits for its turn. A record is admitted when fetched (in offset order) and waits for its
+turn; only then is it written to the wait topic (a wait of several deadlines must not eat into
+its wait record's expiration), its offset made committable and its call started: a revoke
+abandons the records still waiting above the partition's highest called one (the next owner
+calls them, in order) and lets those below take their turn here (dispatcher/pod/revoke.py), so
+two pods never call records of one key at the same time. A waiting record counts toward the
+window.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from dispatcher.aio import DoneSignal
 from dispatcher.errors import ConfigError
 
-RecordId = TypeVar("RecordId", bound=Hashable)
+RecordIdT = TypeVar("RecordIdT", bound=Hashable)
 
 _NO_LANE: Hashable = object()  # a record free of any order: starts at once
 
@@ -41,15 +51,15 @@ def parse_ordering(text: str) -> OrderingMode:
         raise ConfigError(f"invalid ordering {text!r}: use one of {valid}") from None
 
 
-class OrderingGate(Generic[RecordId]):
+class OrderingGate(Generic[RecordIdT]):
     """Decides which admitted records may start their call now (pure, no clock needed)."""
 
     def __init__(self, mode: OrderingMode) -> None:
         self.mode = mode
         # Per lane: the head is in flight, the rest wait in admission (offset) order.
-        self._lanes: dict[Hashable, deque[tuple[RecordId, Hashable]]] = {}
-        self._lane_of: dict[RecordId, Hashable] = {}  # every admitted record not yet released
-        self._unlaned_in_flight: set[RecordId] = set()
+        self._lanes: dict[Hashable, deque[tuple[RecordIdT, Hashable]]] = {}
+        self._lane_of: dict[RecordIdT, Hashable] = {}  # every admitted record not yet released
+        self._unlaned_in_flight: set[RecordIdT] = set()
         self._waiting = 0
 
     @property
@@ -62,7 +72,7 @@ class OrderingGate(Generic[RecordId]):
         """Records allowed to start and not yet released."""
         return len(self._lanes) + len(self._unlaned_in_flight)
 
-    def admit(self, record_id: RecordId, partition: Hashable, key: bytes | None) -> bool:
+    def admit(self, record_id: RecordIdT, partition: Hashable, key: bytes | None) -> bool:
         """Register a record (in offset order per partition); True if it may start now.
 
         False means it waits: a later `release` of the record ahead of it returns its id.
@@ -82,7 +92,7 @@ class OrderingGate(Generic[RecordId]):
         self._waiting += 1
         return False
 
-    def release(self, record_id: RecordId) -> list[RecordId]:
+    def release(self, record_id: RecordIdT) -> list[RecordIdT]:
         """The record's call is over; returns the records that may start now, in offset order."""
         if record_id in self._unlaned_in_flight:
             self._unlaned_in_flight.remove(record_id)
@@ -102,8 +112,8 @@ class OrderingGate(Generic[RecordId]):
         return [queue[0][0]]
 
     def forget_partition(self, partition: Hashable,
-                         keep: Callable[[RecordId], bool] = lambda _record_id: False,
-                         ) -> list[RecordId]:
+                         keep: Callable[[RecordIdT], bool] = lambda _record_id: False,
+                         ) -> list[RecordIdT]:
         """Drop the waiting records of a revoked partition, except those `keep` names; returns
         them (per lane in offset order).
 
@@ -111,7 +121,7 @@ class OrderingGate(Generic[RecordId]):
         A kept record must not wait behind a dropped one of its lane (keep a prefix of each
         lane's waiting records, e.g. the offsets below a bound).
         """
-        dropped: list[RecordId] = []
+        dropped: list[RecordIdT] = []
         for lane, queue in self._lanes.items():
             head, *rest = queue
             kept = [item for item in rest if item[1] != partition or keep(item[0])]
@@ -130,3 +140,48 @@ class OrderingGate(Generic[RecordId]):
         if self.mode is OrderingMode.PARTITION:
             return partition
         return _NO_LANE
+
+
+# topic, partition, offset, and the partition's generation in this pod: a partition given back
+# to the pod is fetched again, maybe while an earlier generation's call of a record still runs
+# (its revoke gave up on it); the record's new admission queues behind that call in its lane.
+RecordId = tuple[str, int, int, int]
+
+
+class Turns:
+    """Which records may call now; `admit` → wait for the returned signal → `release`."""
+
+    def __init__(self, mode: OrderingMode) -> None:
+        self._gate: OrderingGate[RecordId] = OrderingGate(mode)
+        self._waiting: dict[RecordId, DoneSignal] = {}
+        self._admitted: set[RecordId] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def admit(self, record: RecordId, key: bytes | None) -> DoneSignal | None:
+        """None when the record may call at once; else a signal set when its turn comes (or
+        when its partition is revoked)."""
+        self._admitted.add(record)
+        if self._gate.admit(record, record[:2], key):
+            return None
+        turn = self._waiting[record] = DoneSignal()
+        return turn
+
+    def release(self, record: RecordId) -> None:
+        """The record is done (called and settled, or given up): the next of its lane starts."""
+        if record not in self._admitted:
+            return  # dropped at a revoke
+        self._admitted.discard(record)
+        for next_record in self._gate.release(record):
+            self._waiting.pop(next_record).set()
+
+    def revoke(self, partition: tuple[str, int], from_offset: int = 0) -> list[RecordId]:
+        """Drop the partition's waiting records at `from_offset` or above and wake them;
+        returns them. Those below keep waiting for their turn."""
+        dropped = self._gate.forget_partition(partition, lambda record: record[2] < from_offset)
+        for record in dropped:
+            self._admitted.discard(record)
+            self._waiting.pop(record).set()
+        return dropped

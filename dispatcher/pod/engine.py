@@ -36,7 +36,7 @@ from dispatcher.errors import FatalError, KafkaClientError, ProduceError, Unread
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.loopguard import LoopGuard, LoopWatch
-from dispatcher.flow.ordering import OrderingMode
+from dispatcher.flow.ordering import OrderingMode, Turns
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
@@ -63,7 +63,6 @@ from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
-from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,

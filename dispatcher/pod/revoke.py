@@ -18,8 +18,8 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from dispatcher.flow.ordering import Turns
 from dispatcher.pod.lag import Unprepared, UnpreparedRecord
-from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 
 log = logging.getLogger(__name__)

@@ -10,10 +10,9 @@ import logging
 import pytest
 
 from dispatcher.aio import DoneSignal
-from dispatcher.flow.ordering import OrderingMode
+from dispatcher.flow.ordering import OrderingMode, Turns
 from dispatcher.pod.lag import Unprepared, UnpreparedRecord
 from dispatcher.pod.revoke import leave_uncalled
-from dispatcher.pod.turns import Turns
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 
 pytestmark = pytest.mark.unit
