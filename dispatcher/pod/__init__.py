@@ -1,3 +1,3 @@
-"""The pod: the at-least-once engine and its window and watermark, the batch baseline, Kafka
-I/O, settings, metrics and the `waitline dispatch` command. The call it makes is
-`dispatcher.call`."""
+"""The pod: the at-least-once engine and its window and watermark, the batch baseline, settings,
+metrics and the `waitline dispatch` command. It calls through `dispatcher.call` and talks to
+Kafka through `dispatcher.kafka`."""
