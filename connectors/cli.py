@@ -14,7 +14,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from connectors.dsn import describe_dsn, first_line
 from connectors.migrate import apply_migrations
 from connectors.registry import (
     AGE_BUCKETS,
@@ -23,6 +22,7 @@ from connectors.registry import (
     WaitSummary,
     format_age,
 )
+from dispatcher.dsn import describe_dsn, first_line
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import RegistryError, WaitlineError

@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from connectors.dsn import describe_dsn, first_line, schema_missing
+from dispatcher.dsn import describe_dsn, first_line, schema_missing
 from dispatcher.errors import RegistryError
 
 AGE_BUCKETS: tuple[tuple[str, timedelta | None], ...] = (

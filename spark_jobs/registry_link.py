@@ -6,7 +6,7 @@ import threading
 
 import psycopg
 
-from connectors.dsn import describe_dsn, first_line, schema_missing
+from dispatcher.dsn import describe_dsn, first_line, schema_missing
 from dispatcher.errors import RegistryError
 
 

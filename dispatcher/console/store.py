@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from connectors.dsn import describe_dsn, first_line
 from dispatcher.console.query import DlqQuery
 from dispatcher.dlq.ledger import LedgerEntry
+from dispatcher.dsn import describe_dsn, first_line
 from dispatcher.errors import RegistryError
 
 POOL_SIZE = 4

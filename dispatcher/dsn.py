@@ -1,6 +1,7 @@
 """Naming a database in an error line: host:port/db of a DSN (never its password), and an
-error's first line. Kept apart from `connectors.registry`, so what imports only these (the
-reconciliation job's executors, in each Python worker) does not import SQLAlchemy."""
+error's first line. Below the console and `connectors` alike (the console reads PostgreSQL
+without importing `connectors`), and apart from `connectors.registry`, so what imports only
+these (the reconciliation job's executors, in each Python worker) does not import SQLAlchemy."""
 
 from __future__ import annotations
 
