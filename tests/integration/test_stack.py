@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -23,6 +25,18 @@ from dispatcher.errors import StackError
 from dispatcher.ports import free_port
 
 pytestmark = pytest.mark.integration
+
+@pytest.fixture
+def stack_dir() -> Iterator[Path]:
+    """A state folder for a stack of the test's own, outside pytest's temporary root: that root
+    is private to its user (mode 0700, and any pytest run on the machine resets it so), and
+    PostgreSQL runs as `postgres`, which must reach its data folder."""
+    folder = Path(tempfile.mkdtemp(prefix="waitline-stack-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 
 
 async def test_kafka_round_trips_binary_keys_and_headers_with_committed_offsets(
@@ -86,11 +100,9 @@ def _stack_pids(state_dir: Path) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_dev_up_status_down_up_again(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_dev_up_status_down_up_again(stack_dir: Path) -> None:
     """`waitline dev` is idempotent, reports health and leaves no process behind."""
-    state_dir = tmp_path_factory.mktemp("devstack")
-    state_dir.chmod(0o755)
-    state_dir.parent.chmod(0o755)
+    state_dir = stack_dir
     ports = StackPorts(free_port(), free_port(), free_port())
     (state_dir / "ports.json").write_text(json.dumps(ports.__dict__))
     try:
@@ -132,16 +144,15 @@ def test_dev_up_status_down_up_again(tmp_path_factory: pytest.TempPathFactory) -
     assert _stack_pids(state_dir) == []
 
 
-def test_dev_up_reports_a_failing_service_with_its_log(tmp_path: Path) -> None:
+def test_dev_up_reports_a_failing_service_with_its_log(stack_dir: Path) -> None:
     """A service that cannot start gives a clear error with its log, not a hang."""
-    tmp_path.chmod(0o755)
     busy = free_port()
-    stack = LocalStack(tmp_path, StackPorts(free_port(), free_port(), busy))
+    stack = LocalStack(stack_dir, StackPorts(free_port(), free_port(), busy))
     stack.postgres.start()
     try:
-        clash = LocalStack(tmp_path / "other", StackPorts(free_port(), free_port(), busy))
-        (tmp_path / "other").mkdir()
-        (tmp_path / "other").chmod(0o755)
+        clash = LocalStack(stack_dir / "other", StackPorts(free_port(), free_port(), busy))
+        (stack_dir / "other").mkdir()
+        (stack_dir / "other").chmod(0o755)
         with pytest.raises(Exception, match="PostgreSQL failed to start") as info:
             clash.postgres.start()
         assert "Last lines of" in str(info.value)
@@ -150,7 +161,7 @@ def test_dev_up_reports_a_failing_service_with_its_log(tmp_path: Path) -> None:
 
 
 def test_a_broker_whose_port_a_connection_holds_fails_with_the_brokers_reason(
-    tmp_path: Path,
+    stack_dir: Path,
 ) -> None:
     """A client connection whose source port is the broker's port (possible while the broker is
     down, when the port lies in the ephemeral range) makes the broker's bind fail. The error names
@@ -160,7 +171,7 @@ def test_a_broker_whose_port_a_connection_holds_fails_with_the_brokers_reason(
             socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
         client.bind(("127.0.0.1", port))
         client.connect(elsewhere.getsockname())
-        stack = LocalStack(tmp_path, StackPorts(port, free_port(), free_port()))
+        stack = LocalStack(stack_dir, StackPorts(port, free_port(), free_port()))
         stack.kafka.start()
         try:
             with pytest.raises(StackError, match="Kafka exited during start-up") as info:
@@ -171,7 +182,7 @@ def test_a_broker_whose_port_a_connection_holds_fails_with_the_brokers_reason(
 
 
 def test_a_cluster_id_drawn_with_a_leading_dash_still_formats_the_broker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Kafka's storage tool reads a cluster id that starts with '-' as an option and fails: one
     fresh stack in 64 did (a CI run's 153 set-up errors). Such an id is drawn again, as Kafka's
@@ -179,7 +190,7 @@ def test_a_cluster_id_drawn_with_a_leading_dash_still_formats_the_broker(
     dash_first = uuid.UUID(bytes=b"\xf8" + bytes(15))  # urlsafe base64: "-AAAAAAAAAAAAAAAAAAAAA"
     draws = iter([dash_first, uuid.UUID(bytes=bytes(range(16)))])
     monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
-    stack = LocalStack(tmp_path, StackPorts(free_port(), free_port(), free_port()))
+    stack = LocalStack(stack_dir, StackPorts(free_port(), free_port(), free_port()))
     stack.kafka.start()
     try:
         stack.kafka.wait_healthy(timeout_s=90)
@@ -190,12 +201,11 @@ def test_a_cluster_id_drawn_with_a_leading_dash_still_formats_the_broker(
 
 
 def test_a_stack_whose_broker_fails_to_start_stops_the_database_it_started(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Otherwise the next `up` on fresh ports finds PostgreSQL running on the old port and waits
     on the new one for a minute (how one bad start became 153 set-up errors in CI)."""
-    tmp_path.chmod(0o755)
-    stack = LocalStack(tmp_path, StackPorts(free_port(), free_port(), free_port()))
+    stack = LocalStack(stack_dir, StackPorts(free_port(), free_port(), free_port()))
 
     def refuse(_kafka: KafkaService) -> None:
         raise StackError("formatting Kafka storage failed: refused by the test")
