@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from dispatcher.pod.outcome import CallOutcome
 
 __all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
-           "enabled", "http_headers", "outcome", "record_trace", "replay_headers",
-           "result_headers", "use"]
+           "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
+           "replay_headers", "result_headers", "use"]
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     _State.configured = True
     _State.tracer = None
-    exporters = _exporters_asked(env)
+    exporters = exporters_asked(env)
     if not exporters:
         return
     try:
@@ -124,7 +124,9 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
     _State.tracer = provider.get_tracer(INSTRUMENTATION)
 
 
-def _exporters_asked(env: Mapping[str, str]) -> list[str]:
+def exporters_asked(env: Mapping[str, str]) -> list[str]:
+    """The exporters the `OTEL_*` variables in `env` ask for (none: tracing off);
+    ConfigError for one this installation cannot serve."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return []
     names = [n.strip().lower() for n in env.get(_ENV_EXPORTER, "").split(",") if n.strip()]

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import opentelemetry.environment_variables
+import opentelemetry.sdk.environment_variables
 import pytest
 import typer.main
 import yaml
@@ -35,6 +37,7 @@ from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.kafka.clients import CLOSE_TIMEOUT_S
 from dispatcher.paths import CACHE_DIR_ENV, STATE_DIR_ENV
 from dispatcher.pod.settings import DispatchSettings, KafkaClientSettings, load_settings
+from dispatcher.tracing import exporters_asked
 
 pytestmark = pytest.mark.unit
 
@@ -223,12 +226,19 @@ def cli_env(name: str) -> set[str]:
     return names
 
 
+def otel_env() -> set[str]:
+    """The standard OTEL_* variables: the names OpenTelemetry's API and SDK define."""
+    return {name for module in (opentelemetry.environment_variables,
+                                opentelemetry.sdk.environment_variables)
+            for name in vars(module) if name.startswith("OTEL_")}
+
+
 def program_reads(component: str) -> set[str]:
     """What the program in each component's container reads from its environment, from code."""
     common = {STATE_DIR_ENV, CACHE_DIR_ENV}
     if component == "dispatcher":
         return (common | settings_env(DispatchSettings, "WAITLINE_") | cli_env("dispatch")
-                | settings_env(HttpHandlerConfig, HTTP_ENV_PREFIX))
+                | settings_env(HttpHandlerConfig, HTTP_ENV_PREFIX) | otel_env())
     if component == "reconcile":
         return common | cli_env("reconcile") | {BOOTSTRAP_ENV, DSN_ENV}
     if component == "console":
@@ -275,6 +285,7 @@ def test_the_pods_environment_is_a_valid_configuration(values: Path) -> None:
     env = literal_env(dispatcher_container(values))
     settings = settings_from(env)
     assert settings.input_topics()
+    assert exporters_asked(env) == (["otlp"] if "OTEL_EXPORTER_OTLP_ENDPOINT" in env else [])
     if settings.handler == "dispatcher.handlers.http:handler":
         # The credentials are optional keys of a Secret: the one the values give, here.
         in_clear = {k: v for k, v in env.items() if v != SECRET_PLACEHOLDER}
