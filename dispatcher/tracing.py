@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from dispatcher.errors import ConfigError
 from dispatcher.wire import Headers, SourceRecord, wait_id_for
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from dispatcher.pod.outcome import CallOutcome
+    from dispatcher.call.contract import CallOutcome
 
 __all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
            "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
@@ -298,12 +298,20 @@ def current_headers() -> dict[str, str]:
     return carrier
 
 
-def http_headers(headers: dict[str, str]) -> dict[str, str]:
-    """`headers` of an outgoing HTTP request, with the current trace context added (the same
-    object, unchanged, with tracing off)."""
+@overload
+def http_headers(headers: dict[str, str]) -> dict[str, str]: ...
+@overload
+def http_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]: ...
+def http_headers(headers: dict[str, str] | list[tuple[str, str]],
+                 ) -> dict[str, str] | list[tuple[str, str]]:
+    """`headers` of an outgoing HTTP request with the current trace context in place of any
+    trace header they had (a forwarded one); the same object, unchanged, with tracing off."""
     if _State.tracer is None:
         return headers
-    return {**headers, **current_headers()}
+    trace_headers = current_headers()
+    if isinstance(headers, dict):
+        return {**headers, **trace_headers}
+    return [*(h for h in headers if h[0].lower() not in trace_headers), *trace_headers.items()]
 
 
 def _replaced(headers: Headers, trace_headers: Mapping[str, str]) -> Headers:
