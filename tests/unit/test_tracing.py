@@ -17,8 +17,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from typer.testing import CliRunner
 
 from dispatcher import tracing
+from dispatcher.cli import app
 from dispatcher.errors import ConfigError
 from dispatcher.pod.outcome import CallOutcome
 from dispatcher.wire import Failure, SourceRecord, wait_id_for
@@ -150,7 +152,10 @@ def test_off_every_helper_gives_back_what_it_was_given() -> None:
 
 PROBE = """
 import json, sys
+from typer.testing import CliRunner
+
 from dispatcher import tracing
+from dispatcher.cli import app
 from dispatcher.wire import SourceRecord
 try:
     tracing.configure()
@@ -197,3 +202,18 @@ def test_settings_it_cannot_serve_are_config_errors(env: dict[str, str]) -> None
     state, _ = probe(**env)
     assert state["error"] == ConfigError.__name__
     assert "OTEL" in str(state["message"]) or "http/protobuf" in str(state["message"])
+
+
+def test_the_pod_refuses_tracing_settings_it_cannot_serve_before_it_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith(("OTEL_", "WAITLINE_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "jaeger")
+    try:
+        result = CliRunner().invoke(app, [
+            "dispatch", "--input-topic", "orders", "--group", "payments", "--counterparty-url",
+            "http://127.0.0.1:9/", "--bootstrap-servers", "127.0.0.1:9"])
+    finally:
+        tracing.use(None)
+    assert result.exit_code == 2, result.output
+    assert "OTEL_TRACES_EXPORTER=jaeger" in result.output
