@@ -19,7 +19,8 @@ DLQ replay starts a span of its own (kind PRODUCER) linked to the original trace
 replayed record carries that span's headers.
 
 Off, the engine's hook is `NO_TRACE`, whose methods do nothing, and every helper here returns its
-input after one check of a module variable (docs/BENCHMARKS.md, "Tracing: CPU per record").
+input after one check of a module variable (docs/BENCHMARKS.md, "Tracing: CPU per record"). The
+SDK is imported when tracing turns on; the API, which is light, with this module when installed.
 """
 
 from __future__ import annotations
@@ -27,14 +28,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 from dispatcher.errors import ConfigError
 from dispatcher.wire import Headers, SourceRecord, wait_id_for
 
+try:  # the API alone (the SDK is imported when tracing turns on)
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.propagators.textmap import Getter
+except ImportError:  # no otel extra: tracing stays off, none of these is used
+    API = False
+else:
+    API = True
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.propagators.textmap import Getter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
@@ -110,9 +119,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
     exporters = exporters_asked(env)
     if not exporters:
         return
-    try:
-        from opentelemetry import trace  # noqa: PLC0415 - the optional extra
-    except ImportError:
+    if not API:
         log.warning("%s asks for traces, but the otel extra is not installed (pip install "
                     "'waitline[otel]'): tracing stays off",
                     next(name for name in (_ENV_EXPORTER, *_ENV_ENDPOINTS) if env.get(name)))
@@ -186,8 +193,6 @@ def _configured_tracer() -> Tracer | None:
 
 
 def _kafka_getter() -> Getter[Headers]:
-    from opentelemetry.propagators.textmap import Getter  # noqa: PLC0415
-
     class KafkaHeaders(Getter[Headers]):
         """OpenTelemetry's getter over Kafka headers (the last value of a name wins,
         Kafka's convention; a value that is not UTF-8 is not a trace header)."""
@@ -208,8 +213,6 @@ def _kafka_getter() -> Getter[Headers]:
 
 
 def _parent_of(headers: Headers) -> Context:
-    from opentelemetry import propagate  # noqa: PLC0415
-
     if _State.getter is None:
         _State.getter = _kafka_getter()
     return propagate.extract(headers, getter=_State.getter)
@@ -219,8 +222,6 @@ class _SpanTrace(RecordTrace):
     __slots__ = ("_call", "_call_token", "_span", "_token")
 
     def __init__(self, tracer: Tracer, source: SourceRecord, group: str) -> None:
-        from opentelemetry import context, trace  # noqa: PLC0415
-
         parent = _parent_of(source.headers)
         wait_id = str(wait_id_for(group, source.topic, source.partition, source.offset))
         self._span: Span = tracer.start_span(
@@ -231,7 +232,7 @@ class _SpanTrace(RecordTrace):
                         "messaging.kafka.offset": source.offset,
                         "messaging.consumer.group.name": group,
                         "waitline.wait_id": wait_id})
-        self._token = context.attach(trace.set_span_in_context(self._span, parent))
+        self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
         self._call: Span | None = None
         self._call_token: object = None
 
@@ -239,48 +240,39 @@ class _SpanTrace(RecordTrace):
         self._span.add_event("prepared")
 
     def calling(self) -> None:
-        from opentelemetry import context, trace  # noqa: PLC0415
-
         tracer = _State.tracer
         if tracer is None or self._call is not None:
             return
         self._call = tracer.start_span("call", kind=trace.SpanKind.CLIENT)
-        self._call_token = context.attach(trace.set_span_in_context(self._call))
+        self._call_token = otel_context.attach(trace.set_span_in_context(self._call))
 
     def called(self, outcome: CallOutcome) -> None:
-        from opentelemetry.trace import Status, StatusCode  # noqa: PLC0415
-
-        attributes: dict[str, Any] = {"waitline.attempts": outcome.attempts}
-        if outcome.status is not None:
-            attributes["waitline.status"] = outcome.status
-        self._span.add_event("called", attributes)
+        self._span.add_event("called")
         call = self._close_call()
         if call is None:
             return
-        call.set_attributes(attributes)
+        call.set_attribute("waitline.attempts", outcome.attempts)
+        if outcome.status is not None:
+            call.set_attribute("waitline.status", outcome.status)
         if not outcome.ok and outcome.failure is not None:
-            call.set_status(Status(StatusCode.ERROR, outcome.failure.exception))
+            call.set_status(trace.Status(trace.StatusCode.ERROR, outcome.failure.exception))
         call.end()
 
     def _close_call(self) -> Span | None:
-        from opentelemetry import context  # noqa: PLC0415
-
         call, self._call = self._call, None
         if call is not None:
-            context.detach(self._call_token)  # type: ignore[arg-type]
+            otel_context.detach(self._call_token)  # type: ignore[arg-type]
         return call
 
     def tombstoned(self) -> None:
         self._span.add_event("tombstoned")
 
     def end(self) -> None:
-        from opentelemetry import context  # noqa: PLC0415
-
         call = self._close_call()
         if call is not None:  # left mid-call (revoked, drained, cancelled)
             call.end()
         self._span.end()
-        context.detach(self._token)
+        otel_context.detach(self._token)
 
 
 # --- what the record's span reaches: the counterparty, result and DLQ records ----------------
@@ -291,8 +283,6 @@ def current_headers() -> dict[str, str]:
     tracing off or outside a record's span."""
     if _State.tracer is None:
         return {}
-    from opentelemetry import propagate  # noqa: PLC0415
-
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier
@@ -316,8 +306,6 @@ def http_headers(headers: dict[str, str] | list[tuple[str, str]],
 
 def _replaced(headers: Headers, trace_headers: Mapping[str, str]) -> Headers:
     """`headers` with every trace header dropped and `trace_headers` added in their place."""
-    from opentelemetry import propagate  # noqa: PLC0415
-
     fields = propagate.get_global_textmap().fields | set(trace_headers)
     kept = tuple(header for header in headers if header[0] not in fields)
     return (*kept, *((name, value.encode()) for name, value in trace_headers.items()))
@@ -350,8 +338,6 @@ def outcome(label: str, topic: str | None) -> None:
     where the outcome went (the result or DLQ topic; None: nowhere)."""
     if _State.tracer is None:
         return
-    from opentelemetry import trace  # noqa: PLC0415
-
     span = trace.get_current_span()
     span.set_attribute("waitline.outcome", label)
     span.add_event("outcome", {"waitline.outcome": label}
@@ -364,20 +350,18 @@ def replay_headers(headers: Headers, target_topic: str) -> Headers:
     `headers` unchanged with tracing off."""
     if not enabled():
         return headers
-    from opentelemetry import context, trace  # noqa: PLC0415
-
     tracer = _State.tracer
     assert tracer is not None  # enabled() said so
     original = trace.get_current_span(_parent_of(headers)).get_span_context()
     links = [trace.Link(original)] if original.is_valid else []
-    span = tracer.start_span(f"replay {target_topic}", context=context.Context(),
+    span = tracer.start_span(f"replay {target_topic}", context=otel_context.Context(),
                              kind=trace.SpanKind.PRODUCER, links=links,
                              attributes={"messaging.system": "kafka",
                                          "messaging.operation.type": "send",
                                          "messaging.destination.name": target_topic})
-    token = context.attach(trace.set_span_in_context(span))
+    token = otel_context.attach(trace.set_span_in_context(span))
     try:
         return _replaced(headers, current_headers())
     finally:
-        context.detach(token)
+        otel_context.detach(token)
         span.end()
