@@ -27,9 +27,9 @@ from dispatch_helpers import (
     wait_until,
 )
 
-from dispatcher.devstack.processes import free_port
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
-from loadtest.generator import produce
+from dispatcher.ports import free_port
+from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 

@@ -41,8 +41,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from typer.testing import CliRunner
 
 from dispatcher import tracing
-from dispatcher.devstack.processes import free_port
 from dispatcher.dlq.cli import app as dlq_app
+from dispatcher.ports import free_port
 from dispatcher.wire import SourceRecord, wait_id_for
 
 pytestmark = pytest.mark.integration

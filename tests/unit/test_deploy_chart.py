@@ -31,6 +31,8 @@ import typer.main
 import yaml
 
 from dispatcher.cli import SUBCOMMANDS, app
+from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
+from dispatcher.console.settings import ConsoleSettings
 from dispatcher.endpoints import BOOTSTRAP_ENV, DSN_ENV
 from dispatcher.handlers.http_config import ENV_PREFIX as HTTP_ENV_PREFIX
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
@@ -242,7 +244,8 @@ def program_reads(component: str) -> set[str]:
     if component == "reconcile":
         return common | cli_env("reconcile") | {BOOTSTRAP_ENV, DSN_ENV}
     if component == "console":
-        return common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
+        return (common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
+                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console"))
     raise AssertionError(f"unknown component {component}")
 
 
@@ -349,9 +352,7 @@ def test_every_container_runs_a_waitline_command_with_its_flags(values: Path) ->
         for container in spec["containers"]:
             assert "command" not in container, "the image's entry point (waitline) must run"
             args = [str(a) for a in container["args"]]
-            if args[0] not in SUBCOMMANDS:
-                assert args[0] == "console" and "console" not in SUBCOMMANDS, args[0]
-                continue  # checked by test_the_console_binds_beyond_loopback once it exists
+            assert args[0] in SUBCOMMANDS, args[0]
             known = {opt for p in command(args[0]).params for opt in getattr(p, "opts", [])}
             for flag in (a for a in args[1:] if a.startswith("--")):
                 assert flag in known, f"{component}: waitline {args[0]} has no {flag}"
@@ -380,14 +381,14 @@ def test_every_pod_runs_as_the_images_non_root_user(values: Path) -> None:
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def test_the_console_binds_beyond_loopback() -> None:
-    if "console" not in SUBCOMMANDS:
-        pytest.skip("`waitline console` is not part of this tree yet")
+def test_the_console_binds_beyond_loopback_behind_its_service() -> None:
     container = only("Deployment", full_values(), component="console")["spec"]["template"][
         "spec"]["containers"][0]
     args = [str(a) for a in container["args"]]
-    known = {opt for p in command("console").params for opt in getattr(p, "opts", [])}
-    assert {a for a in args if a.startswith("--")} <= known
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert int(args[args.index("--port") + 1]) == container["ports"][0]["containerPort"]
+    credentials = next(v for v in container["env"] if v["name"] == "WAITLINE_CONSOLE_CREDENTIALS")
+    assert credentials["valueFrom"]["secretKeyRef"]["key"] == "credentials"
     service = only("Service", full_values(), component="console")
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
 
