@@ -223,15 +223,16 @@ class _SpanTrace(RecordTrace):
 
     def __init__(self, tracer: Tracer, source: SourceRecord, group: str) -> None:
         parent = _parent_of(source.headers)
-        wait_id = str(wait_id_for(group, source.topic, source.partition, source.offset))
-        self._span: Span = tracer.start_span(
-            f"process {source.topic}", context=parent, kind=trace.SpanKind.CONSUMER,
-            attributes={"messaging.system": "kafka", "messaging.operation.type": "process",
-                        "messaging.destination.name": source.topic,
-                        "messaging.destination.partition.id": str(source.partition),
-                        "messaging.kafka.offset": source.offset,
-                        "messaging.consumer.group.name": group,
-                        "waitline.wait_id": wait_id})
+        self._span: Span = tracer.start_span(f"process {source.topic}", context=parent,
+                                             kind=trace.SpanKind.CONSUMER)
+        if self._span.is_recording():  # sampled: a record not sampled pays for no attribute
+            wait_id = str(wait_id_for(group, source.topic, source.partition, source.offset))
+            self._span.set_attributes({
+                "messaging.system": "kafka", "messaging.operation.type": "process",
+                "messaging.destination.name": source.topic,
+                "messaging.destination.partition.id": str(source.partition),
+                "messaging.kafka.offset": source.offset,
+                "messaging.consumer.group.name": group, "waitline.wait_id": wait_id})
         self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
         self._call: Span | None = None
         self._call_token: object = None
@@ -241,8 +242,8 @@ class _SpanTrace(RecordTrace):
 
     def calling(self) -> None:
         tracer = _State.tracer
-        if tracer is None or self._call is not None:
-            return
+        if tracer is None or self._call is not None or not self._span.is_recording():
+            return  # not sampled: the call goes on in the record's context, flags and all
         self._call = tracer.start_span("call", kind=trace.SpanKind.CLIENT)
         self._call_token = otel_context.attach(trace.set_span_in_context(self._call))
 

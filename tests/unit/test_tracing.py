@@ -16,6 +16,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from typer.testing import CliRunner
 
@@ -119,6 +120,26 @@ def test_a_trace_left_mid_call_closes_both_spans(spans: InMemorySpanExporter) ->
     trace.end()  # revoked, drained or cancelled during its call
     assert sorted(by_name(spans)) == ["call", "process orders"]
     assert tracing.current_headers() == {}, "the record's context is detached"
+
+
+def test_a_record_not_sampled_exports_nothing_and_passes_its_context_on() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    try:
+        trace = tracing.record_trace(source(), "payments")
+        trace.prepared()
+        trace.calling()
+        sent = tracing.http_headers({})
+        trace.called(CallOutcome(ok=True, status=200, attempts=1, elapsed_s=0.1, failure=None))
+        trace.end()
+    finally:
+        tracing.use(None)
+    assert exporter.get_finished_spans() == ()
+    # The counterparty learns the trace and that it is not sampled (flags 00).
+    assert sent["traceparent"].startswith(f"00-{TRACE_ID}-")
+    assert sent["traceparent"].endswith("-00")
 
 
 def test_a_replay_starts_a_trace_linked_to_the_original(spans: InMemorySpanExporter) -> None:
