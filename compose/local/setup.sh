@@ -58,7 +58,7 @@ if [ -f compose/local/spark/pom.xml ]; then
     || echo "(continuing without it)"
 fi
 # helm renders deploy/helm/waitline for the chart's tests (tests/unit/test_deploy_chart.py).
-# Built once from the Go module proxy (~3 min on 2 cores, then cached in $(go env GOPATH)/bin);
+# Built once from the Go module proxy (~3 min on 2 cores, then cached in Go's bin folder);
 # rebuilt only when the pinned version changes.
 HELM_MODULE=helm.sh/helm/v3 HELM_VERSION=v3.22.0
 if ! command -v go >/dev/null; then
@@ -66,7 +66,7 @@ if ! command -v go >/dev/null; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
 fi
-helm_bin="$(go env GOPATH)/bin/helm"
+gobin="$(go env GOBIN)"; helm_bin="${gobin:-$(go env GOPATH)/bin}/helm"
 if ! go version -m "$helm_bin" 2>/dev/null | grep -q "mod[[:space:]]*$HELM_MODULE[[:space:]]*$HELM_VERSION[[:space:]]"; then
   step "building helm $HELM_VERSION from the Go module proxy (once; the chart's tests render with it)"
   go install "$HELM_MODULE/cmd/helm@$HELM_VERSION"

@@ -40,9 +40,9 @@ CALL_S = 1.0  # each call takes this long: SIGTERM finds calls in flight
 
 def rendered_dispatcher(*sets: str) -> dict[str, Any]:
     """The dispatcher Deployment `helm template` renders from the default values and `sets`."""
-    gopath = subprocess.run(["go", "env", "GOPATH"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    helm = Path(gopath) / "bin" / "helm"
+    gobin, gopath = subprocess.run(["go", "env", "GOBIN", "GOPATH"], capture_output=True,
+                                   text=True, check=True).stdout.split("\n")[:2]
+    helm = Path(gobin or Path(gopath) / "bin") / "helm"
     binary = str(helm) if helm.is_file() else shutil.which("helm")
     assert binary, "helm is missing: run `make setup`"
     result = subprocess.run(

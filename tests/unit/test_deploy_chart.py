@@ -55,9 +55,10 @@ SECRET_PLACEHOLDER = "from-a-secret"
 
 def helm() -> str:
     """The helm `make setup` built (in Go's bin folder), else one on PATH."""
-    gopath = subprocess.run(["go", "env", "GOPATH"], capture_output=True, text=True,
-                            check=False).stdout.strip() if shutil.which("go") else ""
-    built = Path(gopath) / "bin" / "helm"
+    gobin, gopath = subprocess.run(
+        ["go", "env", "GOBIN", "GOPATH"], capture_output=True, text=True, check=False,
+    ).stdout.split("\n")[:2] if shutil.which("go") else ("", "")
+    built = Path(gobin or Path(gopath) / "bin") / "helm"
     found = str(built) if built.is_file() else shutil.which("helm")
     assert found, "helm is missing: run `make setup` (it builds helm from the Go module proxy)"
     return found
