@@ -21,9 +21,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from typer.testing import CliRunner
 
 from dispatcher import tracing
+from dispatcher.call.contract import CallOutcome
 from dispatcher.cli import app
 from dispatcher.errors import ConfigError
-from dispatcher.pod.outcome import CallOutcome
 from dispatcher.wire import Failure, SourceRecord, wait_id_for
 
 pytestmark = pytest.mark.unit
