@@ -57,4 +57,18 @@ if [ -f compose/local/spark/pom.xml ]; then
     | grep -v -e '^Using Spark' -e 'log level' -e 'NativeCodeLoader' \
     || echo "(continuing without it)"
 fi
+# helm renders deploy/helm/waitline for the chart's tests (tests/unit/test_deploy_chart.py).
+# Built once from the Go module proxy (~3 min on 2 cores, then cached in Go's bin folder);
+# rebuilt only when the pinned version changes.
+HELM_MODULE=helm.sh/helm/v3 HELM_VERSION=v3.22.0
+if ! command -v go >/dev/null; then
+  step "installing Go (to build helm)"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+fi
+gobin="$(go env GOBIN)"; helm_bin="${gobin:-$(go env GOPATH)/bin}/helm"
+if ! go version -m "$helm_bin" 2>/dev/null | grep -q "mod[[:space:]]*$HELM_MODULE[[:space:]]*$HELM_VERSION[[:space:]]"; then
+  step "building helm $HELM_VERSION from the Go module proxy (once; the chart's tests render with it)"
+  go install "$HELM_MODULE/cmd/helm@$HELM_VERSION"
+fi
 step "set-up complete"

@@ -26,6 +26,7 @@ from typing import Self
 import aiohttp
 from yarl import URL
 
+from dispatcher import tracing
 from dispatcher.call.contract import (
     AttemptObserver,
     CallOutcome,
@@ -228,7 +229,8 @@ class HttpCounterparty:
             )
 
     async def _post(self, session: aiohttp.ClientSession, request: CallRequest) -> Attempt:
-        headers = {**self._base_headers, "Idempotency-Key": request.idempotency_key}
+        headers = tracing.http_headers({**self._base_headers,
+                                        "Idempotency-Key": request.idempotency_key})
         try:
             async with session.post(
                 self.settings.url, data=request.body, headers=headers, allow_redirects=False

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from aiokafka.errors import IllegalOperation, KafkaError, ProducerFenced
 
+from dispatcher import tracing
 from dispatcher.dlq.ledger import LedgerEntry, ledger_record
 from dispatcher.dlq.plan import ReplayItem, ReplayPlan
 from dispatcher.dlq.records import DlqRecord, original_record
@@ -140,7 +141,8 @@ class _ReplayWriter:
                 await self._producer.begin_transaction()
                 self._opened_at = time.monotonic()
             sent = await self._producer.send(item.target_topic, original.value, key=original.key,
-                                             headers=list(original.headers))
+                                             headers=list(tracing.replay_headers(
+                                                 original.headers, item.target_topic)))
         self._items.append(item)
         self._sends.append(sent)
         self._pending_bytes += len(original.value or b"") + len(original.key or b"")

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 import aiohttp
 
+from dispatcher import tracing
 from dispatcher.call.http import pooled_session
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.http_exchange import HttpExchange
@@ -54,7 +55,7 @@ class AiohttpHandler:
         request = self._exchange.request_for(record)
         try:
             async with session.request(request.method, request.url, data=request.body,
-                                       headers=request.headers,
+                                       headers=tracing.http_headers(request.headers),
                                        allow_redirects=False) as response:
                 body = await _read_at_most(response, self.config.max_response_bytes + 1)
                 retry_after = response.headers.get("Retry-After")

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from dispatcher import tracing
+
 __all__ = ["HandlerResult", "Record", "Retryable"]
 
 HandlerResult = bytes | str | None
@@ -51,6 +53,12 @@ class Record:
     def header_values(self, name: str) -> tuple[bytes | None, ...]:
         """Every value of header `name`, in order (empty when the record has none)."""
         return tuple(value for header_name, value in self.headers if header_name == name)
+
+    def trace_headers(self) -> dict[str, str]:
+        """The W3C trace headers (`traceparent`, `tracestate`) of this record's call, for your
+        own clients to send on, so the trace continues through them; empty with tracing off
+        (the `otel` extra and `OTEL_*` variables turn it on). Call it inside `handle`."""
+        return tracing.current_headers()
 
 
 class Retryable(Exception):  # noqa: N818 - the public name reads as what the handler says

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dispatcher import tracing
 from dispatcher.errors import ConfigError, FatalError, WaitlineError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.logs import LogFormat, configure_logging
@@ -148,6 +149,7 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
     try:
         settings = load_settings(**flags)
         configure_logging(settings.log_format, settings.log_level)
+        tracing.configure()  # OTEL_* variables: a bad one fails here, before Kafka is touched
         if settings.workers > 1:
             from dispatcher.pod.workers import run_workers  # noqa: PLC0415 - keep --help fast
 

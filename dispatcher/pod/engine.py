@@ -64,6 +64,7 @@ from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
+from dispatcher.tracing import record_trace
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
@@ -318,6 +319,7 @@ class AtLeastOnceEngine:
     async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord,
                         turn: DoneSignal | None) -> None:
         key = (source.topic, source.partition)
+        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off (tracing.py)
         try:
             if source.value is None:
                 pending.reason = "its DLQ record (null value) to be acknowledged"
@@ -340,6 +342,7 @@ class AtLeastOnceEngine:
                 await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
                 self._mark_prepared(key, source.offset, pending)
                 return
+            trace.prepared()
             called = await self._prepares.take_call_slot(source, *prepared, pending)
             if called is None:  # revoked or stopping while it waited: uncommitted, the next
                 # owner calls it
@@ -353,20 +356,24 @@ class AtLeastOnceEngine:
             self._mark_prepared(key, source.offset, pending)  # committable as its call starts
             wait_partition = prepared[1]
             wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
+            trace.calling()
             outcome, prepare = await self._caller.call(
                 source, wait_id, called, wait_partition,
                 lambda: pending.generation == self._generation[key]
                 and key not in self._revoking)
+            trace.called(outcome)
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(monotonic_s() - pending.fetched_at)
             self._free_slot_before_tombstone()
             await self._writer.write(self._topics.wait_topic, tombstone_of(prepare), wait_partition)
+            trace.tombstoned()
         except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
             self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
                             f"{source.offset} (it stays open in the wait registry, or if not "
                             "prepared, uncommitted)")
         finally:
+            trace.end()
             pending.done.set()
             pending.left_the_line(ended=True)
             if self._turns is not None:

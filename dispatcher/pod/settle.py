@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+from dispatcher import tracing
 from dispatcher.call.contract import CallOutcome, ResultValue
 from dispatcher.errors import RecordTooLargeError
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord
@@ -59,7 +60,7 @@ def result_record(source: SourceRecord, wait_id: str,
         value = outcome.result
     headers = ((ORIGINAL_TOPIC, source.topic.encode()),
                (ORIGINAL_PARTITION, str(source.partition).encode()),
-               (ORIGINAL_OFFSET, str(source.offset).encode()))
+               (ORIGINAL_OFFSET, str(source.offset).encode()), *tracing.result_headers())
     return OutgoingRecord(key=source.key, value=value, headers=headers)
 
 
@@ -83,6 +84,7 @@ class OutcomeWriter:
                     await self.dead_letter(source, Failure(RECORD_TOO_LARGE, f"the call "
                                                            f"succeeded but its result: {exc}"))
                     return
+            tracing.outcome(SUCCESS, result_topic if result is not None else None)
             self._metrics.outcomes.labels(SUCCESS).inc()
             return
         failure = outcome.failure or Failure("UnknownError", "the call failed without a reason")
@@ -93,13 +95,15 @@ class OutcomeWriter:
         failure = masked_failure(failure)  # a counterparty may echo the credentials sent
         dlq_topic, group = self._topics.dlq_topic, self._topics.group
         try:
-            await self._writer.write(dlq_topic, dlq_record(source, group, failure))
+            await self._writer.write(dlq_topic, dlq_record(tracing.dead_letter_source(source),
+                                                           group, failure))
         except RecordTooLargeError as exc:
             failure = too_large(source, failure, exc)
             log.warning("%s/%d@%d is too large to copy into %s (%s); its DLQ record references "
                         "it instead", source.topic, source.partition, source.offset, dlq_topic,
                         record_sizes(source))
             await self._writer.write(dlq_topic, dlq_reference_record(source, group, failure))
+        tracing.outcome(failure.exception, dlq_topic)
         self._metrics.outcomes.labels(failure.exception).inc()
 
 

@@ -1,0 +1,136 @@
+"""The chart's dispatcher container, run for real: its arguments and environment, as rendered,
+start a pod against the test's Kafka; its probes' paths answer on its probe port (liveness at
+once, readiness once it joined its group); SIGTERM with calls in flight ends it cleanly within
+the chart's terminationGracePeriodSeconds, every record called exactly once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from dispatch_helpers import (
+    Answer,
+    DispatcherProcess,
+    RecordingCounterparty,
+    create_topic,
+    input_wait_ids,
+    wait_until,
+)
+
+from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
+from dispatcher.ports import free_port
+from loadtest.mock.generator import produce
+
+pytestmark = pytest.mark.integration
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "waitline"
+RECORDS = 40
+CALL_S = 1.0  # each call takes this long: SIGTERM finds calls in flight
+
+
+def rendered_dispatcher(*sets: str) -> dict[str, Any]:
+    """The dispatcher Deployment `helm template` renders from the default values and `sets`."""
+    gobin, gopath = subprocess.run(["go", "env", "GOBIN", "GOPATH"], capture_output=True,
+                                   text=True, check=True).stdout.split("\n")[:2]
+    helm = Path(gobin or Path(gopath) / "bin") / "helm"
+    binary = str(helm) if helm.is_file() else shutil.which("helm")
+    assert binary, "helm is missing: run `make setup`"
+    result = subprocess.run(
+        [binary, "template", "wl", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
+         *(arg for s in sets for arg in ("--set", s))],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    (deployment,) = [doc for doc in yaml.safe_load_all(result.stdout) if doc
+                     and doc["kind"] == "Deployment"
+                     and doc["metadata"]["labels"]["app.kubernetes.io/component"] == "dispatcher"]
+    return dict(deployment)
+
+
+async def status_of(http: aiohttp.ClientSession, url: str) -> int:
+    try:
+        async with http.get(url) as response:
+            return response.status
+    except aiohttp.ClientError:
+        return 0
+
+
+async def test_the_rendered_pod_answers_its_probes_and_drains_within_its_grace(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic, group = unique_name("orders"), unique_name("payments")
+    await create_topic(kafka_bootstrap, topic, partitions=2)
+    async with (RecordingCounterparty(lambda _body: Answer(delay_s=CALL_S)) as counterparty,
+                aiohttp.ClientSession() as http):
+        deployment = rendered_dispatcher(
+            f"kafka.bootstrapServers={kafka_bootstrap}", f"dispatcher.metricsPort={free_port()}",
+            f"dispatcher.counterpartyUrl={counterparty.url}",
+            f"dispatcher.settings.input-topic={topic}", f"dispatcher.settings.group={group}",
+            "dispatcher.settings.concurrency=10", "dispatcher.drainGraceSeconds=15")
+        spec = deployment["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        for name in [n for n in os.environ if n.startswith("WAITLINE_")]:
+            monkeypatch.delenv(name)
+        for var in container["env"]:
+            monkeypatch.setenv(var["name"], var["value"])
+        port = container["ports"][0]["containerPort"]
+
+        def probe(name: str) -> str:
+            get = container[name]["httpGet"]
+            assert get["port"] == container["ports"][0]["name"]
+            return f"http://127.0.0.1:{port}{get['path']}"
+
+        async with DispatcherProcess([sys.executable, "-m", "dispatcher", *container["args"]],
+                                     tmp_path / "pod.log") as pod:
+            await wait_until(lambda: _answers(http, probe("startupProbe"), 200),
+                             "the startup probe passes", timeout_s=60)
+            assert await status_of(http, probe("livenessProbe")) == 200
+            await wait_until(lambda: _answers(http, probe("readinessProbe"), 200),
+                             "the readiness probe passes (joined its group)", timeout_s=60)
+            await produce(kafka_bootstrap, topic, RECORDS, progress=False)
+            await wait_until(lambda: counterparty.open_calls >= 10, "calls in flight",
+                             timeout_s=30)
+            started = time.monotonic()
+            pod.send(signal.SIGTERM)
+            assert await pod.wait(spec["terminationGracePeriodSeconds"]) == 0, pod.log()[-3000:]
+            took_s = time.monotonic() - started
+        assert took_s < spec["terminationGracePeriodSeconds"]
+        assert "stopped cleanly" in pod.log()
+    called = counterparty.calls_per_key()
+    assert called, "no call reached the counterparty"
+    assert set(called.values()) == {1}, "a clean drain repeats no call"
+    assert set(called) <= {str(w) for w in await input_wait_ids(kafka_bootstrap, group, topic)}
+
+
+async def _answers(http: aiohttp.ClientSession, url: str, status: int) -> bool:
+    return await status_of(http, url) == status
+
+
+async def test_the_pods_metrics_server_serves_the_probe_paths() -> None:
+    """The chart's probe paths on the pod's own server: alive from the start, ready (200) only
+    once the engine is, 503 before."""
+    container = rendered_dispatcher()["spec"]["template"]["spec"]["containers"][0]
+    ready = False
+    server = MetricsServer(DispatcherMetrics(), lambda: ready, "127.0.0.1", 0)
+    await server.start()
+    try:
+        base = f"http://127.0.0.1:{server.bound_port}"
+        async with aiohttp.ClientSession() as http:
+            live = base + container["livenessProbe"]["httpGet"]["path"]
+            readiness = base + container["readinessProbe"]["httpGet"]["path"]
+            assert await status_of(http, live) == 200
+            assert await status_of(http, readiness) == 503
+            ready = True
+            assert await status_of(http, readiness) == 200
+    finally:
+        await server.stop()
