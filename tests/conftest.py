@@ -16,6 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,22 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
     return make
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Tracing on, into an in-memory exporter (the `otel` extra), for the test's duration."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from dispatcher import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.use(None)

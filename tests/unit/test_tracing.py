@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -37,18 +36,6 @@ def source(headers: tuple[tuple[str, bytes | None], ...] = (
         ("traceparent", TRACEPARENT.encode()), ("tenant", b"acme"))) -> SourceRecord:
     return SourceRecord(topic="orders", partition=3, offset=42, key=b"k", value=b"{}",
                         headers=headers, timestamp_ms=1_700_000_000_000)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
-        yield exporter
-    finally:
-        tracing.use(None)
 
 
 def by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
