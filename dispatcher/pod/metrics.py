@@ -34,12 +34,14 @@ class DispatcherMetrics:
         self.fetched = Counter("waitline_records_fetched", "Records fetched from input topics.",
                                registry=r)
         self.prepared = Counter("waitline_records_prepared",
-                                "Wait records acknowledged (source offset now committable).",
+                                "Records made committable: their call started (after their wait "
+                                "record was acknowledged), or their own DLQ record was.",
                                 registry=r)
         self.outcomes = Counter("waitline_records_finished",
                                 "Records finished, by outcome (success, failure class).",
                                 ["outcome"], registry=r)
-        self.in_flight = Gauge("waitline_in_flight", "Records between fetched and finished.",
+        self.in_flight = Gauge("waitline_in_flight", "Records holding a window slot: fetched "
+                               "and not yet finished, less those only writing their tombstone.",
                                registry=r)
         self.window = Gauge("waitline_window", "The window: most calls at once (with "
                             "--concurrency auto, its current size).", registry=r)
