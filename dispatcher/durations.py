@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dispatcher.errors import ConfigError
+
+T = TypeVar("T")
 
 _UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -28,3 +32,19 @@ def format_duration(seconds: float) -> str:
         if seconds >= size and (seconds / size).is_integer():
             return f"{int(seconds / size)}{unit}"
     return f"{round(seconds * 1000)}ms"
+
+
+def as_field_error(parse: Callable[[], T]) -> T:
+    """`parse()`, its ConfigError raised as ValueError: pydantic names the flag only of a
+    ValueError; a ConfigError would escape unnamed."""
+    try:
+        return parse()
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def duration_s(value: Any) -> float:
+    """A settings field's duration in seconds: a number, or text `parse_duration_s` reads."""
+    if isinstance(value, int | float):
+        return float(value)
+    return as_field_error(lambda: parse_duration_s(str(value)))

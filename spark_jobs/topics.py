@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
-from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S, KafkaClientSettings
+from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S
 from spark_jobs.config import ReconcileConfig
 
 CLIENT_ID = "waitline-reconcile"

@@ -23,8 +23,8 @@ from dispatcher.console.store import Store
 from dispatcher.dlq.records import resolve_dlq_topic
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import ConfigError
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.logs import configure_logging
-from dispatcher.pod.settings import KafkaClientSettings
 
 app = typer.Typer(help="Serve the Waitline console: the DLQ, the wait registry, redrive.",
                   add_completion=False, no_args_is_help=True)

@@ -47,8 +47,8 @@ from dispatcher.dlq.views import (
 )
 from dispatcher.durations import parse_duration_s
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
-from dispatcher.pod.settings import KafkaClientSettings
 
 app = typer.Typer(help="Inspect and replay the records a dispatcher sent to its DLQ.",
                   epilog="Example: waitline dlq stats --group payments",

@@ -1,7 +1,8 @@
 """The pod's configuration: every `waitline dispatch` flag, also read as a `WAITLINE_*` variable.
 
 `DispatchSettings` is the flat, validated view (flags > environment > defaults, via
-pydantic-settings); the engine takes the grouped, frozen views it builds once: `KafkaConfig`,
+pydantic-settings), on top of the Kafka client settings every command reads
+(`dispatcher.kafka.config.KafkaClientSettings`); the engine takes the grouped, frozen views it builds once: `KafkaConfig`,
 `TopicConfig`, `WindowConfig`, `CounterpartySettings`, `ObservabilityConfig`. Invalid values raise
 `ConfigError` with one line per problem, naming the flag.
 """
@@ -9,30 +10,27 @@ pydantic-settings); the engine takes the grouped, frozen views it builds once: `
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     Field,
-    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from dispatcher.call.http import CounterpartySettings
-from dispatcher.durations import parse_duration_s
-from dispatcher.endpoints import resolve_bootstrap_servers
+from dispatcher.durations import as_field_error, duration_s
 from dispatcher.errors import ConfigError
 from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
-from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
@@ -41,8 +39,6 @@ DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_CONCURRENCY = 100_000
 DEFAULT_REBALANCE_TIMEOUT_S = 60.0
 MAX_WORKERS = 64
-
-T = TypeVar("T")
 
 
 class Mode(enum.StrEnum):
@@ -91,67 +87,6 @@ class ObservabilityConfig:
     log_level: str
 
 
-def _as_field_error(parse: Callable[[], T]) -> T:
-    """`parse()`, its ConfigError raised as ValueError: pydantic names the flag only of a
-    ValueError; a ConfigError would escape unnamed."""
-    try:
-        return parse()
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _duration(value: Any) -> float:
-    if isinstance(value, int | float):
-        return float(value)
-    return _as_field_error(lambda: parse_duration_s(str(value)))
-
-
-class KafkaClientSettings(BaseSettings):
-    """How every command reaches Kafka: `WAITLINE_BOOTSTRAP_SERVERS`, `WAITLINE_SECURITY_*`,
-    `WAITLINE_SASL_*`, `WAITLINE_SSL_*` (other `WAITLINE_*` variables are not read here)."""
-
-    model_config = SettingsConfigDict(env_prefix="WAITLINE_", extra="ignore", frozen=True)
-
-    bootstrap_servers: str | None = None
-    client_id: str = "waitline"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    metadata_max_age: float = Field(300.0, gt=0, description=(
-        "how often clients refresh topic metadata (new partitions, moved leaders)"))
-
-    @field_validator("metadata_max_age", mode="before")
-    @classmethod
-    def _metadata_age(cls, value: Any) -> float:
-        return _duration(value)
-
-    @field_validator("security_protocol")
-    @classmethod
-    def _known_protocol(cls, value: str) -> str:
-        allowed = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-        if value.upper() not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return value.upper()
-
-    def kafka(self) -> KafkaConfig:
-        return KafkaConfig(
-            bootstrap_servers=resolve_bootstrap_servers(self.bootstrap_servers),
-            client_id=self.client_id,
-            security_protocol=self.security_protocol,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_plain_username=self.sasl_username,
-            sasl_plain_password=self.sasl_password,
-            ssl_cafile=self.ssl_cafile,
-            ssl_certfile=self.ssl_certfile,
-            ssl_keyfile=self.ssl_keyfile,
-            metadata_max_age_s=self.metadata_max_age,
-        )
-
-
 class DispatchSettings(KafkaClientSettings):
     """Flat settings, one field per flag; `WAITLINE_<FIELD>` in the environment."""
 
@@ -198,7 +133,7 @@ class DispatchSettings(KafkaClientSettings):
     def _parse_duration(cls, value: Any) -> float | None:
         if value is None:  # --rebalance-timeout not given: its default depends on --ordering
             return None
-        seconds = _duration(value)
+        seconds = duration_s(value)
         if seconds <= 0:
             raise ValueError("must be a positive duration")
         return seconds
@@ -206,7 +141,7 @@ class DispatchSettings(KafkaClientSettings):
     @field_validator("loop_lag_target", mode="before")
     @classmethod
     def _parse_lag_target(cls, value: Any) -> float:
-        seconds = _duration(value)
+        seconds = duration_s(value)
         if seconds < 0:
             raise ValueError("must be a duration, or 0 for no loop guard")
         return seconds
@@ -286,7 +221,7 @@ class DispatchSettings(KafkaClientSettings):
             if self.mode is Mode.BATCH:
                 raise ValueError("--concurrency auto adapts the at-least-once window; batch mode "
                                  "takes a fixed batch size")
-            _as_field_error(self.adaptive)
+            as_field_error(self.adaptive)
         return self
 
     def adaptive(self) -> AdaptiveConfig | None:
@@ -304,14 +239,14 @@ class DispatchSettings(KafkaClientSettings):
     @classmethod
     def _valid_rate_limit(cls, value: str | None) -> str | None:
         if value is not None:
-            _as_field_error(lambda: parse_rate_limit(value))
+            as_field_error(lambda: parse_rate_limit(value))
         return value
 
     @field_validator("circuit_breaker", "gc_thresholds")
     @classmethod
     def _parses(cls, value: str, info: ValidationInfo) -> str:
         parse = {"circuit_breaker": parse_breaker, "gc_thresholds": parse_gc_thresholds}
-        _as_field_error(lambda: parse[str(info.field_name)](value))
+        as_field_error(lambda: parse[str(info.field_name)](value))
         return value
 
     def breaker(self) -> BreakerConfig | None:

@@ -40,7 +40,7 @@ from dispatcher.console.app import Console, build_app
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
-from dispatcher.pod.settings import KafkaClientSettings
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.wire import Failure, SourceRecord, dlq_record
 
 INDEX_ROWS = 1_000_000

@@ -21,7 +21,7 @@ from connectors.dlq_index import apply_index, index_row
 from dispatcher.console.app import Console, build_app
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
-from dispatcher.pod.settings import KafkaClientSettings
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.wire import Failure, SourceRecord, dlq_record
 
 OPERATOR_TOKEN = "operator-token-0123456789"

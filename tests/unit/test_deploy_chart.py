@@ -37,8 +37,9 @@ from dispatcher.endpoints import BOOTSTRAP_ENV, DSN_ENV
 from dispatcher.handlers.http_config import ENV_PREFIX as HTTP_ENV_PREFIX
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.kafka.clients import CLOSE_TIMEOUT_S
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.paths import CACHE_DIR_ENV, STATE_DIR_ENV
-from dispatcher.pod.settings import DispatchSettings, KafkaClientSettings, load_settings
+from dispatcher.pod.settings import DispatchSettings, load_settings
 from dispatcher.tracing import exporters_asked
 
 pytestmark = pytest.mark.unit
