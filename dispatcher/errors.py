@@ -19,6 +19,11 @@ that talks to them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class WaitlineError(Exception):
     """Base of every error Waitline raises on purpose."""
@@ -74,3 +79,14 @@ class RegistryError(WaitlineError):
 
 class TopicSetupError(WaitlineError):
     """The wait, DLQ or result topic is missing or misconfigured."""
+
+
+def config_error(exc: ValidationError, what: str, env_prefix: str) -> ConfigError:
+    """The ConfigError for settings read from `env_prefix` variables: one line per problem,
+    naming its variable and never quoting a value (a secret must not reach the message)."""
+    problems = []
+    for error in exc.errors(include_input=False):
+        field = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{env_prefix}{field.upper()}: {message}" if field else message)
+    return ConfigError(f"invalid {what} configuration:\n  " + "\n  ".join(problems))

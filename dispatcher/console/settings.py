@@ -19,7 +19,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from dispatcher.errors import ConfigError
+from dispatcher.errors import config_error
 
 ENV_PREFIX = "WAITLINE_CONSOLE_"
 MIN_SECRET_CHARS = 12
@@ -76,9 +76,4 @@ def load_console_settings(**overrides: object) -> ConsoleSettings:
     try:
         return ConsoleSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_input=False):
-            field = ".".join(str(part) for part in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"{ENV_PREFIX}{field.upper()}: {message}" if field else message)
-        raise ConfigError("invalid console configuration:\n  " + "\n  ".join(problems)) from None
+        raise config_error(exc, "console", ENV_PREFIX) from None

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from dispatcher.errors import ConfigError
+from dispatcher.errors import config_error
 
 __all__ = ["HttpHandlerConfig", "StatusSet", "load_http_config", "parse_statuses"]
 
@@ -166,10 +166,4 @@ def load_http_config(**fields: Any) -> HttpHandlerConfig:
     try:
         return HttpHandlerConfig(**fields)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_input=False):
-            field = ".".join(str(part) for part in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            problems.append(f"{ENV_PREFIX}{field.upper()}: {message}" if field else message)
-        raise ConfigError("invalid HTTP handler configuration:\n  "
-                          + "\n  ".join(problems)) from None
+        raise config_error(exc, "HTTP handler", ENV_PREFIX) from None

@@ -2,9 +2,10 @@
 
 `DispatchSettings` is the flat, validated view (flags > environment > defaults, via
 pydantic-settings), on top of the Kafka client settings every command reads
-(`dispatcher.kafka.config.KafkaClientSettings`); the engine takes the grouped, frozen views it builds once: `KafkaConfig`,
-`TopicConfig`, `WindowConfig`, `CounterpartySettings`, `ObservabilityConfig`. Invalid values raise
-`ConfigError` with one line per problem, naming the flag.
+(`dispatcher.kafka.config.KafkaClientSettings`); the engine takes the grouped, frozen views it
+builds once: `KafkaConfig`, `TopicConfig`, `WindowConfig`, `CounterpartySettings`,
+`ObservabilityConfig`. Invalid values raise `ConfigError` with one line per problem, naming the
+flag.
 """
 
 from __future__ import annotations
