@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import psycopg
 from aiohttp import web
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from dlq_helpers import read_records
 from pydantic import SecretStr
 
 from connectors.dlq_index import apply_index, index_row
@@ -125,29 +126,10 @@ def make_dlq(bootstrap: str, dsn: str, unique_name: Callable[[str], str], *, cou
 
 
 async def index_topic(bootstrap: str, dsn: str, topic: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                isolation_level="read_committed",
-                                max_partition_fetch_bytes=16 * 1024 * 1024,
-                                fetch_max_bytes=32 * 1024 * 1024)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        (described,) = await admin.describe_topics([topic])
-    finally:
-        await admin.close()
-    await consumer.start()
-    rows = []
-    try:
-        tps = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                rows += [index_row(topic, r.partition, r.offset, r.timestamp, key=r.key,
-                                   value=r.value, headers=list(r.headers)) for r in batch]
-    finally:
-        await consumer.stop()
+    records = await read_records(bootstrap, topic, max_partition_fetch_bytes=16 * 1024 * 1024,
+                                 fetch_max_bytes=32 * 1024 * 1024)
+    rows = [index_row(topic, r.partition, r.offset, r.timestamp, key=r.key, value=r.value,
+                      headers=list(r.headers)) for r in records]
     with psycopg.connect(dsn) as conn:
         return apply_index(conn, rows)[0]
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import ConsumerRecord
 from dispatch_helpers import create_topic
 from typer.testing import CliRunner, Result
 
@@ -72,8 +73,10 @@ class Dlq:
                    for topic in (self.orders, self.refunds))
 
 
-async def read_all(bootstrap: str, topic: str) -> list[Original]:
-    """Every committed record of `topic`, as (key, value, headers)."""
+async def read_records(bootstrap: str, topic: str,
+                       **consumer_options: Any) -> list[ConsumerRecord[bytes, bytes]]:
+    """Every committed record of `topic`, as the consumer gives them (`consumer_options`: e.g.
+    larger fetch sizes for records of several MiB)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -81,20 +84,25 @@ async def read_all(bootstrap: str, topic: str) -> list[Original]:
     finally:
         await admin.close()
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, **consumer_options)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p["partition"]) for p in described["partitions"]]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
-        records: list[Original] = []
+        records: list[ConsumerRecord[bytes, bytes]] = []
         while any([await consumer.position(tp) < ends[tp] for tp in tps]):
             for batch in (await consumer.getmany(timeout_ms=500)).values():
-                records += [(r.key, r.value, tuple(r.headers)) for r in batch]
+                records += batch
         return records
     finally:
         await consumer.stop()
+
+
+async def read_all(bootstrap: str, topic: str) -> list[Original]:
+    """Every committed record of `topic`, as (key, value, headers)."""
+    return [(r.key, r.value, tuple(r.headers)) for r in await read_records(bootstrap, topic)]
 
 
 async def topic_exists(bootstrap: str, topic: str) -> bool:
