@@ -107,6 +107,15 @@ def _wait_for(driver: WebDriver, css: str, timeout_s: float = 15) -> object:
         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
 
 
+def _submit(driver: WebDriver, button_id: str, css: str) -> object:
+    """Click a form's submit button and wait for the page it loads: the old page goes stale
+    first, so an element of the same name on the page being left is never mistaken for it."""
+    old_page = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.ID, button_id).click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old_page))
+    return _wait_for(driver, css)
+
+
 def _shot(driver: WebDriver, name: str) -> None:
     if SHOTS is None:
         assert driver.get_screenshot_as_png()  # the page renders; kept only when asked
@@ -120,8 +129,7 @@ def _log_in(driver: WebDriver, base: str, **fields: str) -> None:
     driver.get(f"{base}/login")
     for name, value in fields.items():
         driver.find_element(By.NAME, name).send_keys(value)
-    driver.find_element(By.ID, "login").click()
-    _wait_for(driver, "main h1")
+    _submit(driver, "login", "main h1")
     assert driver.find_element(By.CSS_SELECTOR, "main h1").text == "Overview"
 
 
@@ -144,8 +152,7 @@ def test_an_operator_filters_opens_redrives_and_sees_the_audit(
 
     driver.get(f"{base}/dlq")
     driver.find_element(By.NAME, "exception").send_keys("HTTPStatusError")
-    driver.find_element(By.ID, "apply-filter").click()
-    _wait_for(driver, "table.records")
+    _submit(driver, "apply-filter", "table.records")
     rows = driver.find_elements(By.CSS_SELECTOR, "table.records tbody tr")
     assert len(rows) == 4
     _shot(driver, "dlq")
@@ -157,8 +164,7 @@ def test_an_operator_filters_opens_redrives_and_sees_the_audit(
     _shot(driver, "record")
 
     driver.get(f"{base}/dlq?exception=HTTPStatusError")
-    driver.find_element(By.ID, "dry-run").click()
-    count = _wait_for(driver, "#planned-count")
+    count = _submit(driver, "dry-run", "#planned-count")
     assert count.text == "4"  # type: ignore[attr-defined]
     _shot(driver, "dry-run")
     driver.find_element(By.ID, "confirm-count").send_keys("4")
