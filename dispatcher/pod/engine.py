@@ -1,8 +1,7 @@
 """The at-least-once engine: N calls at once, each record prepared in the wait topic first.
-Every fetched record (DESIGN.md "The lifecycle of one record"): prepare (wait record acknowledged)
-→ call (its start makes the offset committable; one deadline) → outcome (result or DLQ) →
-tombstone (behind the window, in its prepare's partition even if the topic grew). A null value
-skips the wait topic: its DLQ record's acknowledgement makes it committable.
+It fetches, admits records to the window, keeps each partition's bookkeeping (watermarks,
+generations, the tickets of records not yet committable), handles rebalances and the drain;
+each record walks its path, prepare → call → settle → tombstone, in `lifecycle.py`.
 
 Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
 few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
@@ -29,10 +28,9 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from dispatcher.aio import DoneSignal
 from dispatcher.call.contract import Counterparty
 from dispatcher.clock import monotonic_s
-from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
+from dispatcher.errors import FatalError, KafkaClientError, UnreadableRecordError
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.loopguard import LoopGuard, LoopWatch
@@ -40,15 +38,9 @@ from dispatcher.flow.ordering import OrderingMode, Turns
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
-from dispatcher.pod.caller import Caller
-from dispatcher.pod.calls import CallSlots, prepared_ahead
 from dispatcher.pod.committer import Committer
-from dispatcher.pod.lag import (
-    AWAITING_PREPARE,
-    LagReporter,
-    Unprepared,
-    UnpreparedRecord,
-)
+from dispatcher.pod.lag import LagReporter
+from dispatcher.pod.lifecycle import RecordPath, RecordState, RecordTicket, Tickets
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.polling import (
     cancel_left_over,
@@ -58,19 +50,13 @@ from dispatcher.pod.polling import (
     read_past_unreadable,
     unreadable_reference,
 )
-from dispatcher.pod.preparer import Preparer
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
-from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter, source_record
+from dispatcher.pod.settle import source_record
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
-from dispatcher.tracing import record_trace
-from dispatcher.wire import (
-    NULL_VALUE_FAILURE,
-    Failure,
-    SourceRecord,
-    tombstone_of,
-)
+from dispatcher.pod.window import CallSlots, prepared_ahead, tombstones_behind
+from dispatcher.wire import SourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -78,18 +64,6 @@ POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
 REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
 FINAL_COMMIT_TRIES = 5
-CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
-
-
-def tombstones_behind(window: int) -> int:
-    """How many finished records may write their tombstone outside a window of `window`."""
-    return max(1, window // CLOSING_SHARE)
-
-
-def most_open(window: int) -> int:
-    """The most records a pod holds prepared and not yet tombstoned, with a window of `window`:
-    the calls, the records prepared ahead and the tombstones behind it (DESIGN.md)."""
-    return window + prepared_ahead(window) + tombstones_behind(window)
 
 
 class AtLeastOnceEngine:
@@ -103,14 +77,12 @@ class AtLeastOnceEngine:
         self._consumer = consumer
         self._circuit = circuit
         self._adaptive = adaptive
-        self._writer = writer
-        self._outcomes = OutcomeWriter(writer, topics, metrics)
         self._topics = topics
         self._window = window
         self._metrics = metrics
         self._clock = clock
         self._watermarks = PartitionWatermarks()
-        self._unprepared: Unprepared = defaultdict(dict)
+        self._unprepared: Tickets = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._revoking: set[TopicPartitionKey] = set()  # revokes in progress
         # Record tasks in the order they started (a dict: a set's order would differ run to run,
@@ -125,15 +97,16 @@ class AtLeastOnceEngine:
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
-        self._draining = False  # a stop came: see `_left_at_stop`
-        self._prepares = Preparer(writer, topics, window, metrics, self._calls, clock=clock,
-                                  rate=rate, left_at_stop=self._left_at_stop)
-        self._caller = Caller(counterparty, self._calls, self._prepares, metrics, circuit)
+        self._draining = False  # a stop came: see `left_at_stop`
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._next_partition = 0  # where the next fair fetch starts
         self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
             window.ordering)
+        self._path = RecordPath(writer=writer, counterparty=counterparty, topics=topics,
+                                window=window, metrics=metrics, calls=self._calls,
+                                partitions=self, clock=clock, turns=self._turns,
+                                circuit=circuit, rate=rate)
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
@@ -193,7 +166,7 @@ class AtLeastOnceEngine:
         if self._fatal is not None:
             raise FatalError(f"stopped: {self._fatal}") from self._fatal
 
-    def _fail(self, exc: BaseException, what: str) -> None:
+    def fail(self, exc: BaseException, what: str) -> None:
         """Stop at once: `what` can never become committable, so going on would stall."""
         if self._fatal is None:
             log.critical("%s: %r; stopping so that the pod is restarted (nothing is committed "
@@ -214,24 +187,12 @@ class AtLeastOnceEngine:
     def _start_unreadable(self, tp: TopicPartition, offset: int, *, error: Exception) -> None:
         key = partition_key(tp)
         self._watermarks.track(key, offset)
-        pending = UnpreparedRecord(self._generation[key], int(self._clock() * 1000),
-                                   monotonic_s(), reason="the DLQ record of an unreadable one")
-        self._unprepared[key][offset] = pending
+        ticket = RecordTicket(self._generation[key], int(self._clock() * 1000), monotonic_s(),
+                              state=RecordState.DEAD_LETTERING)
+        self._unprepared[key][offset] = ticket
         source, failure = unreadable_reference(tp, offset, error)
-        self._spawn(self._reference(source, failure, pending), f"{tp.topic}/{tp.partition}@"
-                                                               f"{offset}")
-
-    async def _reference(self, source: SourceRecord, failure: Failure,
-                         pending: UnpreparedRecord) -> None:
-        try:
-            await self._outcomes.reference(source, failure)
-            self._mark_prepared((source.topic, source.partition), source.offset, pending)
-        except ProduceError as exc:
-            self._fail(exc, f"cannot write the DLQ record of unreadable {source.topic}/"
-                            f"{source.partition}@{source.offset}")
-        finally:
-            pending.done.set()
-            pending.left_the_line(ended=True)
+        self._spawn(self._path.dead_letter_unreadable(source, failure, ticket),
+                    f"{tp.topic}/{tp.partition}@{offset}")
 
     async def _poll_once(self) -> None:
         if self._adaptive is not None:  # --concurrency auto: the window's current size
@@ -274,12 +235,12 @@ class AtLeastOnceEngine:
         now = monotonic_s()
         for record in records:
             self._watermarks.track(key, record.offset)
-            pending = UnpreparedRecord(generation, record.timestamp, now)
-            self._unprepared[key][record.offset] = pending
+            ticket = RecordTicket(generation, record.timestamp, now)
+            self._unprepared[key][record.offset] = ticket
             turn = None
             if self._turns is not None and record.value is not None:
                 turn = self._turns.admit((*key, record.offset, generation), record.key)
-            self._spawn(self._dispatch(source_record(record), pending, turn),
+            self._spawn(self._path.walk(source_record(record), ticket, turn),
                         f"{record.topic}/{record.partition}@{record.offset}")
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
@@ -291,7 +252,7 @@ class AtLeastOnceEngine:
         self._tasks[task] = None
         task.add_done_callback(self._finished)
 
-    def _free_slot_before_tombstone(self) -> None:
+    def slot_free_for_tombstone(self) -> None:
         """Outcome durable: the slot is free while the tombstone is written (N / 10 at once)."""
         task = asyncio.current_task()
         # The bound follows the window's current size (--concurrency auto), not its largest.
@@ -314,73 +275,13 @@ class AtLeastOnceEngine:
         self._slot_freed.set()
         self._metrics.in_flight.set(self.in_flight)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            self._fail(exc, f"record {task.get_name()} failed unexpectedly")
+            self.fail(exc, f"record {task.get_name()} failed unexpectedly")
 
-    async def _dispatch(self, source: SourceRecord, pending: UnpreparedRecord,
-                        turn: DoneSignal | None) -> None:
-        key = (source.topic, source.partition)
-        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off (tracing.py)
-        try:
-            if source.value is None:
-                pending.reason = "its DLQ record (null value) to be acknowledged"
-                await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
-                self._mark_prepared(key, source.offset, pending)
-                return
-            if turn is not None:  # --ordering: prepared and called in its turn only (the wait
-                # can last several deadlines; it must not eat into the wait record's expiration)
-                pending.reason = "its turn behind an earlier record of its key or partition"
-                await turn.wait()
-                pending.reason = AWAITING_PREPARE
-            if self._left_at_stop(source):  # not prepared: uncommitted, the next owner's
-                return
-            prepared = None if pending.abandoned else await self._prepares.prepare(source, pending)
-            if pending.abandoned:  # never marked prepared: the next owner calls it
-                log.info("%s/%d@%d: its partition was revoked before it could start; the "
-                         "next owner calls it", *key, source.offset)
-                return
-            if prepared is None:  # too large to prepare: its DLQ record protects it
-                await self._outcomes.dead_letter(source, Failure(RECORD_TOO_LARGE, pending.reason))
-                self._mark_prepared(key, source.offset, pending)
-                return
-            trace.prepared()
-            called = await self._prepares.take_call_slot(source, *prepared, pending)
-            if called is None:  # revoked or stopping while it waited: uncommitted, the next
-                # owner calls it
-                if not pending.abandoned:
-                    # A stop, while this pod still owns the partition: close the wait record
-                    # (no other owner can have written one yet), so a next owner that comes
-                    # later than its expiration does not find it expired as if it was tried.
-                    await self._writer.write(self._topics.wait_topic,
-                                             tombstone_of(prepared[0]), prepared[1])
-                return
-            self._mark_prepared(key, source.offset, pending)  # committable as its call starts
-            wait_partition = prepared[1]
-            wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
-            trace.calling()
-            outcome, prepare = await self._caller.call(
-                source, wait_id, called, wait_partition,
-                lambda: pending.generation == self._generation[key]
-                and key not in self._revoking)
-            trace.called(outcome)
-            await self._outcomes.settle(source, wait_id, outcome)
-            self._metrics.record_duration.observe(monotonic_s() - pending.fetched_at)
-            self._free_slot_before_tombstone()
-            await self._writer.write(self._topics.wait_topic, tombstone_of(prepare), wait_partition)
-            trace.tombstoned()
-        except ProduceError as exc:
-            self._metrics.produce_errors.labels("outcome").inc()
-            self._fail(exc, f"cannot write for {source.topic}/{source.partition}@"
-                            f"{source.offset} (it stays open in the wait registry, or if not "
-                            "prepared, uncommitted)")
-        finally:
-            trace.end()
-            pending.done.set()
-            pending.left_the_line(ended=True)
-            if self._turns is not None:
-                self._turns.release((source.topic, source.partition, source.offset,
-                                     pending.generation))
+    def still_ours(self, key: TopicPartitionKey, ticket: RecordTicket) -> bool:
+        """Its partition was not revoked (nor is being) since `ticket`'s record was fetched."""
+        return ticket.generation == self._generation[key] and key not in self._revoking
 
-    def _left_at_stop(self, source: SourceRecord) -> bool:
+    def left_at_stop(self, source: SourceRecord) -> bool:
         """Whether a stop leaves `source` uncalled: once draining, a record above its
         partition's highest called one is not called (the next owner calls it); one below it
         (a hole the watermark waits for) still is, within the grace, as a revoke does, so the
@@ -390,12 +291,11 @@ class AtLeastOnceEngine:
         highest = self._watermarks.highest_prepared((source.topic, source.partition))
         return highest is None or source.offset > highest
 
-    def _mark_prepared(self, key: TopicPartitionKey, offset: int,
-                       pending: UnpreparedRecord) -> None:
+    def committable(self, key: TopicPartitionKey, offset: int, ticket: RecordTicket) -> None:
+        """`ticket`'s record is called (or dead-lettered): the watermark may pass it."""
         self._metrics.prepared.inc()
-        pending.done.set()
-        pending.left_the_line()
-        if pending.generation != self._generation[key]:
+        ticket.left_the_line()
+        if ticket.generation != self._generation[key]:
             return  # the partition was revoked meanwhile; its watermark is gone
         self._unprepared[key].pop(offset, None)
         self._watermarks.mark_prepared(key, offset)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from dispatcher.aio import DoneSignal
 from dispatcher.clock import monotonic_s
 from dispatcher.kafka.seam import SourceConsumer
+from dispatcher.pod.lifecycle import Tickets
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.stalls import PartitionStall, Pending, StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
@@ -17,49 +16,11 @@ from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, par
 log = logging.getLogger(__name__)
 
 
-AWAITING_PREPARE = "its wait record to be acknowledged"  # what a fetched record waits for
-AWAITING_CALL_SLOT = "a call slot (prepared ahead; an open circuit holds it)"
-AWAITING_TOKEN = "a --rate-limit token (its call slot taken)"
-
-
-@dataclass(slots=True)
-class UnpreparedRecord:
-    """A fetched record not yet committable: its wait record (or DLQ record) is not durable,
-    or it waits, prepared ahead, for a call slot."""
-
-    generation: int
-    timestamp_ms: int
-    fetched_at: float  # monotonic seconds
-    done: DoneSignal = field(default_factory=DoneSignal)
-    abandoned: bool = False  # its partition was revoked before it was called: not called here
-    ended: bool = False  # its task is over
-    # Made only for a revoke that needs this record called here (dispatcher/pod/revoke.py).
-    called_or_ended: DoneSignal | None = None
-    reason: str = AWAITING_PREPARE
-
-    def left_the_line(self, *, ended: bool = False) -> None:
-        """Its call started (it is committable), or its task ended (`ended`)."""
-        self.ended = self.ended or ended
-        if self.called_or_ended is not None:
-            self.called_or_ended.set()
-
-    def call_signal(self) -> DoneSignal:
-        """Set once its call starts or its task ends (made on first use)."""
-        if self.called_or_ended is None:
-            self.called_or_ended = DoneSignal()
-            if self.ended:
-                self.called_or_ended.set()
-        return self.called_or_ended
-
-
-Unprepared = dict[TopicPartitionKey, dict[int, UnpreparedRecord]]
-
-
 class LagReporter:
     """Reads the engine's bookkeeping (never changes it) and sets the lag gauges."""
 
     def __init__(self, *, consumer: SourceConsumer, watermarks: PartitionWatermarks,
-                 unprepared: Unprepared, metrics: DispatcherMetrics, stalls: StallTracker,
+                 unprepared: Tickets, metrics: DispatcherMetrics, stalls: StallTracker,
                  clock: Callable[[], float]) -> None:
         self._consumer = consumer
         self._watermarks = watermarks
@@ -105,7 +66,7 @@ class LagReporter:
             if pending:
                 offset = min(pending)
                 record = pending[offset]
-                oldest = Pending(offset, record.fetched_at, f"waiting for {record.reason}")
+                oldest = Pending(offset, record.fetched_at, f"waiting for {record.state.value}")
             stall = self._tracker.observe(key, oldest, bool(pending) or key in due, now)
             self._metrics.set_partition_stall(stall)
             if stall.warn:

@@ -19,20 +19,20 @@ import logging
 from collections.abc import Iterable
 
 from dispatcher.flow.ordering import Turns
-from dispatcher.pod.lag import Unprepared, UnpreparedRecord
+from dispatcher.pod.lifecycle import RecordTicket, Tickets
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 
 log = logging.getLogger(__name__)
 
 
-async def leave_uncalled(keys: list[TopicPartitionKey], unprepared: Unprepared,
+async def leave_uncalled(keys: list[TopicPartitionKey], unprepared: Tickets,
                          watermarks: PartitionWatermarks, turns: Turns | None,
                          wait_s: float) -> None:
     """Abandon the records of revoked partitions `keys` above each one's highest called
     record, and wait at most `wait_s` for those prepares in flight and for the records below
     it to be called."""
-    holes: list[UnpreparedRecord] = []
-    above: list[UnpreparedRecord] = []
+    holes: list[RecordTicket] = []
+    above: list[RecordTicket] = []
     for key in keys:
         highest = watermarks.highest_prepared(key)
         bound = 0 if highest is None else highest + 1
@@ -54,7 +54,7 @@ async def leave_uncalled(keys: list[TopicPartitionKey], unprepared: Unprepared,
 
 
 def _give_up(keys: list[TopicPartitionKey], turns: Turns | None,
-             uncalled: list[UnpreparedRecord], above: list[UnpreparedRecord],
+             uncalled: list[RecordTicket], above: list[RecordTicket],
              wait_s: float) -> None:
     """The wait ran out: nothing more of these partitions is called here."""
     for pending in uncalled:

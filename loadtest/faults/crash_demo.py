@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 
 from dispatcher.errors import WaitlineError
-from dispatcher.pod.engine import most_open
+from dispatcher.pod.window import most_open
 from dispatcher.ports import free_port
 from loadtest.harness.accounting import Account, AtTheKill, Observed, Outcome, account
 from loadtest.harness.measure import metric_sum

@@ -34,8 +34,8 @@ from dispatch_helpers import (
 from devstack.stack import LocalStack
 from dispatcher.kafka.clients import AckedWriter
 from dispatcher.pod import runner
-from dispatcher.pod.calls import prepared_ahead
 from dispatcher.pod.runner import run_pod
+from dispatcher.pod.window import prepared_ahead
 from dispatcher.wire import OutgoingRecord
 from loadtest.mock.counterparty import MockCounterparty
 from loadtest.mock.generator import produce

@@ -16,7 +16,7 @@ from world import GROUP, INPUT, Call, RunLog
 from dispatcher.errors import FatalError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.kafka.seam import TopicPartition
-from dispatcher.pod.engine import most_open
+from dispatcher.pod.window import most_open
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,

@@ -12,7 +12,7 @@ from cases import answer, calls_per_record, wait_topic
 from oracle import check
 from world import World, quiet, simulate, until
 
-from dispatcher.pod.calls import prepared_ahead
+from dispatcher.pod.window import prepared_ahead
 from dispatcher.wire import OutgoingRecord
 
 WINDOW, RECORDS = 20, 60

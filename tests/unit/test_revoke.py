@@ -11,7 +11,7 @@ import pytest
 
 from dispatcher.aio import DoneSignal
 from dispatcher.flow.ordering import OrderingMode, Turns
-from dispatcher.pod.lag import Unprepared, UnpreparedRecord
+from dispatcher.pod.lifecycle import RecordState, RecordTicket, Tickets
 from dispatcher.pod.revoke import leave_uncalled
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey
 
@@ -21,16 +21,16 @@ P0: TopicPartitionKey = ("orders", 0)
 
 
 def partition(called: list[int], waiting: list[int],
-              ) -> tuple[PartitionWatermarks, Unprepared, dict[int, UnpreparedRecord]]:
+              ) -> tuple[PartitionWatermarks, Tickets, dict[int, RecordTicket]]:
     """Offsets `called` are committable; `waiting` are not called yet (prepared, done set)."""
     watermarks = PartitionWatermarks()
-    records: dict[int, UnpreparedRecord] = {}
+    records: dict[int, RecordTicket] = {}
     for offset in sorted(called + waiting):
         watermarks.track(P0, offset)
         if offset in called:
             watermarks.mark_prepared(P0, offset)
         else:
-            records[offset] = UnpreparedRecord(0, 0, 0.0)
+            records[offset] = RecordTicket(0, 0, 0.0)
             records[offset].done.set()
     return watermarks, {P0: records}, records
 
@@ -54,7 +54,8 @@ async def test_a_hole_below_a_called_record_is_awaited_not_abandoned() -> None:
 
 async def test_a_hole_whose_task_already_ended_is_not_awaited() -> None:
     watermarks, unprepared, records = partition(called=[1], waiting=[0])
-    records[0].left_the_line(ended=True)
+    records[0].state = RecordState.ENDED
+    records[0].left_the_line()
     await asyncio.wait_for(leave_uncalled([P0], unprepared, watermarks, None, 5.0), 1.0)
 
 

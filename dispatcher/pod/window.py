@@ -1,4 +1,6 @@
-"""Call slots: at most N calls at once, taken first come, first served.
+"""The window: at most N calls at once (`CallSlots`, taken first come, first served), a few
+records prepared ahead of it, and a few tombstones written behind it (docs/DESIGN.md, "The
+window").
 
 The engine admits a few records more than N and prepares them ahead, so that a call ending
 hands its slot to a record whose wait record is already acknowledged: the prepare's write and
@@ -18,11 +20,23 @@ RECHECK_S = 0.5  # a waiter looks again this often: an open circuit half-opens w
 AHEAD_SHARE = 10  # records prepared ahead: a tenth of the window …
 AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …
 AHEAD_MAX = 100  # … at most a hundred (what a big window's prepares need; memory stays bound)
+CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
 
 
 def prepared_ahead(window: int) -> int:
     """How many records beyond a window of `window` calls are admitted and prepared ahead."""
     return min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)
+
+
+def tombstones_behind(window: int) -> int:
+    """How many finished records may write their tombstone outside a window of `window`."""
+    return max(1, window // CLOSING_SHARE)
+
+
+def most_open(window: int) -> int:
+    """The most records a pod holds prepared and not yet tombstoned, with a window of `window`:
+    the calls, the records prepared ahead and the tombstones behind it (DESIGN.md)."""
+    return window + prepared_ahead(window) + tombstones_behind(window)
 
 
 class CallSlots:

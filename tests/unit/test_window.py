@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.pod import calls
-from dispatcher.pod.calls import AHEAD_MAX, AHEAD_MIN, CallSlots, prepared_ahead
+from dispatcher.pod import window
+from dispatcher.pod.window import AHEAD_MAX, AHEAD_MIN, CallSlots, prepared_ahead
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +45,7 @@ async def test_slots_are_handed_on_in_the_order_they_were_asked_for() -> None:
 
 async def test_a_refusing_circuit_holds_waiters_until_it_admits(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    monkeypatch.setattr(window, "RECHECK_S", 0.01)
     circuit_open = True
     slots = CallSlots(lambda: 5, lambda _running: not circuit_open)
     waiter = asyncio.create_task(slots.acquire())
@@ -57,7 +57,7 @@ async def test_a_refusing_circuit_holds_waiters_until_it_admits(
 
 
 async def test_a_waiter_that_times_out_leaves_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    monkeypatch.setattr(window, "RECHECK_S", 0.01)
     slots = CallSlots(lambda: 1)
     assert await slots.acquire()
     assert not await slots.acquire(timeout_s=0.03)
@@ -71,7 +71,7 @@ async def test_a_waiter_that_times_out_leaves_the_line(monkeypatch: pytest.Monke
 
 async def test_a_waiter_whose_record_was_revoked_leaves_the_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(calls, "RECHECK_S", 0.01)
+    monkeypatch.setattr(window, "RECHECK_S", 0.01)
     slots = CallSlots(lambda: 1)
     assert await slots.acquire()
     revoked = False

@@ -1,0 +1,354 @@
+"""One record's path, fetched to tombstoned, read top to bottom (DESIGN.md "The lifecycle of
+one record"): its turn (`--ordering`) → prepare (the wait record acknowledged) → a call slot and
+a rate token (prepared ahead of the window) → the call (its start makes the offset committable;
+one deadline) → settle (result or DLQ record) → tombstone (behind the window).
+
+`RecordState` says where a record is; a stalled partition names its oldest record's state.
+`RecordTicket` is a record's entry in the engine's bookkeeping while it is not yet committable
+(what a revoke and the lag gauges read). `RecordPath` walks a record along the path; the
+engine's bookkeeping of partitions (watermarks, generations, the window) answers it through
+`Partitions`.
+
+A null value, a record too large for the wait topic and a record the Kafka client cannot parse
+skip the wait topic: each is committable once its DLQ record is acknowledged. A probe call
+(circuit half-open) that times out while the circuit stays open goes back to the call line once
+instead of to the DLQ (`Circuit.takes_back`): an outage sends to the DLQ no more than the calls
+in flight when it began.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from dispatcher.aio import DoneSignal
+from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, call_settling_bugs
+from dispatcher.clock import monotonic_s
+from dispatcher.errors import ProduceError, RecordTooLargeError
+from dispatcher.flow.breaker import Circuit
+from dispatcher.flow.ordering import Turns
+from dispatcher.flow.rate import RateGate
+from dispatcher.kafka.seam import AckedWrites
+from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settings import WindowConfig
+from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
+from dispatcher.pod.watermark import TopicPartitionKey
+from dispatcher.pod.window import CallSlots
+from dispatcher.tracing import RecordTrace, record_trace
+from dispatcher.wire import (
+    NULL_VALUE_FAILURE,
+    Failure,
+    OutgoingRecord,
+    SourceRecord,
+    idempotency_key_of,
+    tombstone_of,
+    wait_record,
+)
+
+log = logging.getLogger(__name__)
+
+
+class RecordState(enum.Enum):
+    """Where a fetched record is on its path; the value says what it waits for there."""
+
+    PREPARING = "its wait record to be acknowledged"
+    DEAD_LETTERING = "its DLQ record to be acknowledged (null value, too large or unreadable)"
+    AWAITING_TURN = "its turn behind an earlier record of its key or partition"
+    AWAITING_SLOT = "a call slot (prepared ahead; an open circuit holds it)"
+    AWAITING_TOKEN = "a --rate-limit token (its call slot taken)"
+    CALLING = "its call to end (committable)"
+    SETTLING = "its result or DLQ record to be acknowledged"
+    TOMBSTONING = "its tombstone to be acknowledged"
+    ENDED = "nothing: its path ended"
+
+
+@dataclass(slots=True)
+class RecordTicket:
+    """A fetched record in the engine's bookkeeping: its state, and the signals a revoke
+    waits for while it is not yet committable."""
+
+    generation: int
+    timestamp_ms: int
+    fetched_at: float  # monotonic seconds
+    state: RecordState = RecordState.PREPARING
+    done: DoneSignal = field(default_factory=DoneSignal)  # no prepare of it is in flight
+    abandoned: bool = False  # its partition was revoked before it was called: not called here
+    # Made only for a revoke that needs this record called here (dispatcher/pod/revoke.py).
+    called_or_ended: DoneSignal | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state is RecordState.ENDED
+
+    def left_the_line(self) -> None:
+        """Its call started (it is committable), or its path ended."""
+        self.done.set()
+        if self.called_or_ended is not None:
+            self.called_or_ended.set()
+
+    def call_signal(self) -> DoneSignal:
+        """Set once its call starts or its path ends (made on first use)."""
+        if self.called_or_ended is None:
+            self.called_or_ended = DoneSignal()
+            if self.ended:
+                self.called_or_ended.set()
+        return self.called_or_ended
+
+
+Tickets = dict[TopicPartitionKey, dict[int, RecordTicket]]
+"""The records of each partition not yet committable, by offset."""
+
+
+class Partitions(Protocol):
+    """The engine's bookkeeping of partitions, as a record's path sees it."""
+
+    def committable(self, key: TopicPartitionKey, offset: int, ticket: RecordTicket) -> None:
+        """The record's call started (or its DLQ record is durable): the commit may pass it."""
+
+    def still_ours(self, key: TopicPartitionKey, ticket: RecordTicket) -> bool:
+        """Its partition has not been revoked since the record was fetched."""
+
+    def left_at_stop(self, source: SourceRecord) -> bool:
+        """A stop leaves the record uncalled (the next owner calls it)."""
+
+    def slot_free_for_tombstone(self) -> None:
+        """The outcome is durable: the record's window slot may go while its tombstone is
+        written (N / 10 at once)."""
+
+    def fail(self, exc: BaseException, what: str) -> None:
+        """Stop the engine: `what` can never become committable."""
+
+
+class RecordPath:
+    """Walks each record from its fetch to its tombstone."""
+
+    def __init__(self, *, writer: AckedWrites, counterparty: Counterparty, topics: TopicConfig,
+                 window: WindowConfig, metrics: DispatcherMetrics, calls: CallSlots,
+                 partitions: Partitions, clock: Callable[[], float],
+                 turns: Turns | None = None, circuit: Circuit | None = None,
+                 rate: RateGate | None = None) -> None:
+        self._writer = writer
+        self._outcomes = OutcomeWriter(writer, topics, metrics)
+        self._counterparty = counterparty
+        self._topics = topics
+        self._window = window
+        self._metrics = metrics
+        self._calls = calls
+        self._partitions = partitions
+        self._clock = clock  # wall seconds: a wait record's expiration is a time of day
+        self._turns = turns
+        self._circuit = circuit
+        self._rate = rate
+
+    async def walk(self, source: SourceRecord, ticket: RecordTicket,
+                   turn: DoneSignal | None) -> None:
+        """The whole path of `source`; a write that can never succeed stops the engine."""
+        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off (tracing.py)
+        try:
+            await self._walk(source, ticket, turn, trace)
+        except ProduceError as exc:
+            self._metrics.produce_errors.labels("outcome").inc()
+            self._partitions.fail(exc, f"cannot write for {source.topic}/{source.partition}@"
+                                       f"{source.offset} (it stays open in the wait registry, "
+                                       "or if not prepared, uncommitted)")
+        finally:
+            trace.end()
+            ticket.state = RecordState.ENDED
+            ticket.left_the_line()
+            if self._turns is not None:
+                self._turns.release((source.topic, source.partition, source.offset,
+                                     ticket.generation))
+
+    async def _walk(self, source: SourceRecord, ticket: RecordTicket,
+                    turn: DoneSignal | None, trace: RecordTrace) -> None:
+        key = (source.topic, source.partition)
+        if source.value is None:
+            await self._dead_letter_uncalled(source, ticket, NULL_VALUE_FAILURE)
+            return
+        if turn is not None:  # --ordering: prepared and called in its turn only (the wait
+            # can last several deadlines; it must not eat into the wait record's expiration)
+            ticket.state = RecordState.AWAITING_TURN
+            await turn.wait()
+            ticket.state = RecordState.PREPARING
+        if self._partitions.left_at_stop(source):  # not prepared: uncommitted, the next owner's
+            return
+
+        # 1. Prepare: the wait record, acknowledged.
+        prepare: OutgoingRecord | None = None
+        too_large: RecordTooLargeError | None = None
+        wait_partition = -1
+        if not ticket.abandoned:
+            prepare = self._wait_record(source)
+            try:
+                wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
+            except RecordTooLargeError as exc:
+                self._metrics.produce_errors.labels("wait").inc()
+                too_large = exc
+        if ticket.abandoned:  # never made committable: the next owner calls it
+            log.info("%s/%d@%d: its partition was revoked before it could start; the next "
+                     "owner calls it", *key, source.offset)
+            return
+        if too_large is not None or prepare is None:  # its DLQ record protects it
+            await self._dead_letter_uncalled(source, ticket,
+                                             Failure(RECORD_TOO_LARGE, str(too_large)))
+            return
+        trace.prepared()
+
+        # 2. A call slot and a rate token, the wait record refreshed while it waits.
+        called = await self._take_call_slot(source, prepare, wait_partition, ticket)
+        if called is None:  # revoked or stopping while it waited: uncommitted, the next
+            # owner calls it
+            if not ticket.abandoned:
+                # A stop, while this pod still owns the partition: close the wait record (no
+                # other owner can have written one yet), so a next owner that comes later than
+                # its expiration does not find it expired as if it was tried.
+                await self._writer.write(self._topics.wait_topic, tombstone_of(prepare),
+                                         wait_partition)
+            return
+
+        # 3. The call: its start makes the offset committable.
+        ticket.state = RecordState.CALLING
+        self._partitions.committable(key, source.offset, ticket)
+        wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
+        trace.calling()
+        outcome, latest = await self._call(source, wait_id, called, wait_partition,
+                                           lambda: self._partitions.still_ours(key, ticket))
+        trace.called(outcome)
+
+        # 4. Settle: the result or DLQ record, acknowledged.
+        ticket.state = RecordState.SETTLING
+        await self._outcomes.settle(source, wait_id, outcome)
+        self._metrics.record_duration.observe(monotonic_s() - ticket.fetched_at)
+
+        # 5. The tombstone, behind the window: the slot is free while it is written.
+        ticket.state = RecordState.TOMBSTONING
+        self._partitions.slot_free_for_tombstone()
+        await self._writer.write(self._topics.wait_topic, tombstone_of(latest), wait_partition)
+        trace.tombstoned()
+
+    async def dead_letter_unreadable(self, source: SourceRecord, failure: Failure,
+                                     ticket: RecordTicket) -> None:
+        """The path of a record the Kafka client cannot parse: a reference DLQ record (its
+        coordinates) makes it committable."""
+        ticket.state = RecordState.DEAD_LETTERING
+        try:
+            await self._outcomes.reference(source, failure)
+            self._partitions.committable((source.topic, source.partition), source.offset, ticket)
+        except ProduceError as exc:
+            self._partitions.fail(exc, f"cannot write the DLQ record of unreadable "
+                                       f"{source.topic}/{source.partition}@{source.offset}")
+        finally:
+            ticket.state = RecordState.ENDED
+            ticket.left_the_line()
+
+    async def _dead_letter_uncalled(self, source: SourceRecord, ticket: RecordTicket,
+                                    failure: Failure) -> None:
+        """A record that is never called: its acknowledged DLQ record makes it committable."""
+        ticket.state = RecordState.DEAD_LETTERING
+        await self._outcomes.dead_letter(source, failure)
+        self._partitions.committable((source.topic, source.partition), source.offset, ticket)
+
+    async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
+                              partition: int, ticket: RecordTicket) -> OutgoingRecord | None:
+        """Wait for a call slot, then (`--rate-limit`) for a token: the wait record (written
+        again each `refresh_wait_record_s` of the wait, e.g. an open circuit or a slow rate, so
+        it cannot expire into the DLQ while this pod still calls it), or None if the partition
+        was revoked meanwhile, or the pod began to stop and leaves it: not called here, left
+        uncommitted."""
+        ticket.state = RecordState.AWAITING_SLOT
+        ticket.done.set()  # its wait record is durable: a revoke need not wait for it
+
+        def given_up() -> bool:
+            return ticket.abandoned or self._partitions.left_at_stop(source)
+
+        refresh_s = self._window.refresh_wait_record_s
+        while not await self._calls.acquire(refresh_s, given_up):
+            if given_up():
+                return None
+            prepare = await self._write_again(source, partition)
+        try:
+            if self._rate is not None:
+                ticket.state = RecordState.AWAITING_TOKEN
+                written_at = monotonic_s()
+                while not await self._rate.token(written_at + refresh_s - monotonic_s(),
+                                                 given_up):
+                    if given_up():
+                        break
+                    prepare = await self._write_again(source, partition)
+                    written_at = monotonic_s()
+        except BaseException:
+            self._calls.release()
+            raise
+        if given_up():
+            self._calls.release()
+            return None
+        return prepare
+
+    async def _call(self, source: SourceRecord, wait_id: str, prepare: OutgoingRecord,
+                    wait_partition: int, still_ours: Callable[[], bool],
+                    ) -> tuple[CallOutcome, OutgoingRecord]:
+        """The outcome, and the newest wait record (the one its tombstone closes); releases the
+        call slot. A probe is sent back to the line only while its partition is
+        `still_ours()`: once revoked, another pod calls its key, so it ends with its timeout
+        (to the DLQ)."""
+        # source.value is never None here: a null value goes to the DLQ before any call
+        request = CallRequest(source.value or b"", idempotency_key_of(source.headers, wait_id),
+                              source, wait_id)
+        returned = False
+        while True:
+            # the circuit, if this call is one of its probes
+            probed = self._circuit if self._circuit and self._circuit.probing else None
+            try:
+                outcome = await call_settling_bugs(self._counterparty, request)
+            finally:
+                self._calls.release()
+            self._metrics.call_latency.observe(outcome.elapsed_s)
+            if (returned or probed is None or not still_ours()
+                    or not probed.takes_back(outcome)):
+                return outcome, prepare
+            returned = True
+            log.info("wait id %s: its probe call timed out and the circuit is still open: back "
+                     "to the call line (once) instead of the DLQ", wait_id)
+            again = await self._call_again(source, wait_partition, still_ours)
+            if again is None:  # revoked while it waited: its timeout is its outcome
+                log.info("wait id %s: its partition was revoked while it waited to be called "
+                         "again; it goes to the DLQ with its timeout", wait_id)
+                return outcome, prepare
+            prepare = again
+
+    async def _call_again(self, source: SourceRecord, partition: int,
+                          still_ours: Callable[[], bool]) -> OutgoingRecord | None:
+        """A probe back in the call line: its wait record is written again for the wait to
+        come (and again each `refresh_wait_record_s` of it), then it takes a slot and a token;
+        None if its partition is revoked first (another pod owns its key)."""
+        refresh_s = self._window.refresh_wait_record_s
+
+        def given_up() -> bool:
+            return not still_ours()
+
+        while True:
+            prepare = await self._write_again(source, partition)
+            if not await self._calls.acquire(refresh_s, given_up):
+                if given_up():
+                    return None
+                continue
+            if (self._rate is None or await self._rate.token(refresh_s, given_up)) and (
+                    not given_up()):
+                return prepare
+            self._calls.release()
+            if given_up():
+                return None
+
+    async def _write_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
+        prepare = self._wait_record(source)
+        await self._writer.write(self._topics.wait_topic, prepare, partition)
+        return prepare
+
+    def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
+        expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)
+        return wait_record(source, self._topics.group, expires_at)
