@@ -39,10 +39,7 @@ from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites, FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.committer import Committer
-from dispatcher.pod.lag import LagReporter
-from dispatcher.pod.lifecycle import RecordPath, RecordState, RecordTicket, Tickets
-from dispatcher.pod.metrics import DispatcherMetrics
-from dispatcher.pod.polling import (
+from dispatcher.pod.fetching import (
     cancel_left_over,
     fetch_fairly,
     first_set,
@@ -50,6 +47,9 @@ from dispatcher.pod.polling import (
     read_past_unreadable,
     unreadable_reference,
 )
+from dispatcher.pod.lag import LagReporter
+from dispatcher.pod.lifecycle import RecordPath, RecordState, RecordTicket, Tickets
+from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import source_record
