@@ -55,7 +55,7 @@ from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import source_record
 from dispatcher.pod.stalls import StallTracker
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
-from dispatcher.pod.window import CallSlots, prepared_ahead, tombstones_behind
+from dispatcher.pod.window import Window
 from dispatcher.wire import SourceRecord
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,6 @@ class AtLeastOnceEngine:
                  circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None,
                  rate: RateGate | None = None) -> None:
         self._consumer = consumer
-        self._circuit = circuit
         self._adaptive = adaptive
         self._topics = topics
         self._window = window
@@ -85,15 +84,7 @@ class AtLeastOnceEngine:
         self._unprepared: Tickets = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._revoking: set[TopicPartitionKey] = set()  # revokes in progress
-        # Record tasks in the order they started (a dict: a set's order would differ run to run,
-        # and the simulator replays a seed exactly).
-        self._tasks: dict[asyncio.Task[None], None] = {}
-        # Outcome durable, tombstone being written: no window slot held (DESIGN.md, step 4).
-        self._closing: set[asyncio.Task[Any]] = set()
-        self._slot_freed = asyncio.Event()
-        self._calls = CallSlots(
-            self._call_limit,
-            None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
+        self._held = Window(self._call_limit, circuit, metrics)
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
@@ -104,7 +95,7 @@ class AtLeastOnceEngine:
         self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
             window.ordering)
         self._path = RecordPath(writer=writer, counterparty=counterparty, topics=topics,
-                                window=window, metrics=metrics, calls=self._calls,
+                                window=window, metrics=metrics, calls=self._held.calls,
                                 partitions=self, clock=clock, turns=self._turns,
                                 circuit=circuit, rate=rate)
         self._stop = asyncio.Event()
@@ -130,7 +121,7 @@ class AtLeastOnceEngine:
 
     @property
     def in_flight(self) -> int:  # records holding a window slot
-        return len(self._tasks) - len(self._closing)
+        return self._held.in_flight
 
     def _call_limit(self) -> int:
         """Calls allowed at once: the window (fixed or adaptive), within the loop guard's cap."""
@@ -196,17 +187,10 @@ class AtLeastOnceEngine:
 
     async def _poll_once(self) -> None:
         if self._adaptive is not None:  # --concurrency auto: the window's current size
-            self._adaptive.used(self._calls.running + self._calls.waiting)
-        calls = self._call_limit()
-        free = calls + prepared_ahead(calls) - self.in_flight
-        if self._circuit is not None:  # an open circuit admits nothing new (docs/DESIGN.md)
-            free = self._circuit.admits(free, self.in_flight)
+            self._adaptive.used(self._held.calls.running + self._held.calls.waiting)
+        free = self._held.room()
         if free <= 0:
-            self._slot_freed.clear()
-            try:
-                async with asyncio.timeout(FULL_WINDOW_WAIT_S):
-                    await self._slot_freed.wait()
-            except TimeoutError:
+            if not await self._held.freed(FULL_WINDOW_WAIT_S):
                 await self._poll_while_full()
             # A slot freed quickly: fetch on the next turn, unpaused (aiokafka drops a paused
             # partition's prefetched records: a fetch round trip per record at steady state).
@@ -249,17 +233,12 @@ class AtLeastOnceEngine:
     def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
         # Named by its record's coordinates, so the shutdown log can say what stayed open.
         task = asyncio.create_task(work, name=coordinates)
-        self._tasks[task] = None
+        self._held.hold(task)
         task.add_done_callback(self._finished)
 
     def slot_free_for_tombstone(self) -> None:
         """Outcome durable: the slot is free while the tombstone is written (N / 10 at once)."""
-        task = asyncio.current_task()
-        # The bound follows the window's current size (--concurrency auto), not its largest.
-        if task in self._tasks and len(self._closing) < tombstones_behind(self._call_limit()):
-            self._closing.add(task)
-            self._slot_freed.set()
-            self._metrics.in_flight.set(self.in_flight)
+        self._held.behind(asyncio.current_task())
 
     def _restart_partition(self, key: TopicPartitionKey, offset: int) -> None:
         """The fetch position went back (log truncated, topic recreated): start afresh."""
@@ -270,10 +249,7 @@ class AtLeastOnceEngine:
         self._generation[key] += 1
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
-        self._closing.discard(task)
-        self._slot_freed.set()
-        self._metrics.in_flight.set(self.in_flight)
+        self._held.release(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self.fail(exc, f"record {task.get_name()} failed unexpectedly")
 
@@ -311,7 +287,7 @@ class AtLeastOnceEngine:
         await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns, holes_s)
         await self._commit_revoked(keys, ends_at)
         if self._turns is not None:  # the next owner must not call a key while we still do
-            await calls_finished(self._tasks, keys, max(0.0, ends_at - monotonic_s()))
+            await calls_finished(self._held.tasks, keys, max(0.0, ends_at - monotonic_s()))
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
@@ -354,9 +330,9 @@ class AtLeastOnceEngine:
         self._draining = True
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
-        if self._tasks and self._fatal is None:
-            log.info("draining %d in-flight records (grace %.0f s)", len(self._tasks),
+        if self._held.tasks and self._fatal is None:
+            log.info("draining %d in-flight records (grace %.0f s)", len(self._held.tasks),
                      self._window.drain_grace_s)
-            await asyncio.wait(list(self._tasks), timeout=self._window.drain_grace_s)
+            await asyncio.wait(list(self._held.tasks), timeout=self._window.drain_grace_s)
         await self._committer.commit()
-        await cancel_left_over(self._tasks)
+        await cancel_left_over(self._held.tasks)

@@ -14,6 +14,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import Any
+
+from dispatcher.flow.breaker import Circuit
+from dispatcher.pod.metrics import DispatcherMetrics
 
 RECHECK_S = 0.5  # a waiter looks again this often: an open circuit half-opens with time
 
@@ -114,3 +118,63 @@ class CallSlots:
     def _give_up(self, waiter: asyncio.Future[None]) -> None:
         waiter.cancel()
         self._waiting -= 1
+
+
+class Window:
+    """What a pod holds: its record tasks (in the order they started: the simulator replays a
+    seed exactly), their call slots, and the finished records behind the window writing their
+    tombstone, which hold no slot (at most `tombstones_behind` of them)."""
+
+    def __init__(self, size: Callable[[], int], circuit: Circuit | None,
+                 metrics: DispatcherMetrics) -> None:
+        self._size = size  # calls allowed at once: fixed or adaptive, within the loop guard
+        self._circuit = circuit
+        self._metrics = metrics
+        self.calls = CallSlots(
+            size, None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
+        self.tasks: dict[asyncio.Task[None], None] = {}
+        self._behind: set[asyncio.Task[Any]] = set()
+        self._freed = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        """Records holding a window slot."""
+        return len(self.tasks) - len(self._behind)
+
+    def room(self) -> int:
+        """How many more records may be admitted now: the calls and the records prepared
+        ahead of them, less those held; an open circuit admits nothing new (docs/DESIGN.md)."""
+        calls = self._size()
+        free = calls + prepared_ahead(calls) - self.in_flight
+        if self._circuit is not None:
+            free = self._circuit.admits(free, self.in_flight)
+        return free
+
+    async def freed(self, timeout_s: float) -> bool:
+        """Whether a record left the window (or went behind it) within `timeout_s`."""
+        self._freed.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._freed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def hold(self, task: asyncio.Task[None]) -> None:
+        self.tasks[task] = None
+
+    def behind(self, task: asyncio.Task[Any] | None) -> None:
+        """`task`'s outcome is durable: its slot is free while it writes its tombstone, if fewer
+        than a tenth of the window's current size (--concurrency auto) are doing so."""
+        if task in self.tasks and len(self._behind) < tombstones_behind(self._size()):
+            self._behind.add(task)
+            self._changed()
+
+    def release(self, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(task, None)
+        self._behind.discard(task)
+        self._changed()
+
+    def _changed(self) -> None:
+        self._freed.set()
+        self._metrics.in_flight.set(self.in_flight)
