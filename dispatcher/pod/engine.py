@@ -5,16 +5,17 @@ each record walks its path, prepare → call → settle → tombstone, in `lifec
 
 Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
 few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
-record (`CallSlots`). While the pod's own event loop lags, the loop guard caps the window below
-N (`LoopWatch`). A full window pauses the partitions (a rebalance may add one poll's worth);
-the poll loop keeps calling `getmany`, so the consumer stays in its group.
+record (`Window`, `window.py`). While the pod's own event loop lags, the loop guard caps the
+window below N (`LoopWatch`). A full window pauses the partitions (a rebalance may add one
+poll's worth); the poll loop keeps calling `getmany`, so the consumer stays in its group.
 
-Rebalance: revoke waits (at most half the rebalance timeout) for the revoked partitions'
-prepares, commits and forgets them; records already called run on to their tombstone, so a
-clean rebalance calls nothing twice. Records not yet called (prepared ahead, or whose prepare
-outlived the wait) are uncommitted and left to the next owner (`revoke.py`). Generations
-change at revoke only. Commits have one owner (`Committer`); a write that can never succeed,
-or a bug in a record's task, stops the engine: `run` raises `FatalError`.
+Rebalance (the engine is the consumer's rebalance listener): revoke waits (at most half the
+rebalance timeout) for the revoked partitions' prepares, commits and forgets them; records
+already called run on to their tombstone, so a clean rebalance calls nothing twice. Records not
+yet called (prepared ahead, or whose prepare outlived the wait) are uncommitted and left to the
+next owner (`revoke.py`). Generations change at revoke only (and when a fetch position goes
+back). Commits have one owner (`Committer`); a write that can never succeed, or a bug in a
+record's task, stops the engine: `run` raises `FatalError`.
 """
 
 from __future__ import annotations
