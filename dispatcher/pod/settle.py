@@ -102,7 +102,8 @@ class OutcomeWriter:
             log.warning("%s/%d@%d is too large to copy into %s (%s); its DLQ record references "
                         "it instead", source.topic, source.partition, source.offset, dlq_topic,
                         record_sizes(source))
-            await self._writer.write(dlq_topic, dlq_reference_record(source, group, failure))
+            await self._writer.write(dlq_topic, _traced(dlq_reference_record(source, group,
+                                                                             failure)))
         tracing.outcome(failure.exception, dlq_topic)
         self._metrics.outcomes.labels(failure.exception).inc()
 
@@ -110,9 +111,18 @@ class OutcomeWriter:
     async def reference(self, source: SourceRecord, failure: Failure) -> None:
         """Write a DLQ record that references `source` (its coordinates) without copying it."""
         failure = masked_failure(failure)
-        await self._writer.write(self._topics.dlq_topic,
-                                 dlq_reference_record(source, self._topics.group, failure))
+        await self._writer.write(self._topics.dlq_topic, _traced(
+            dlq_reference_record(source, self._topics.group, failure)))
         self._metrics.outcomes.labels(failure.exception).inc()
+
+
+def _traced(reference: OutgoingRecord) -> OutgoingRecord:
+    """A reference DLQ record with the record span's trace headers (none with tracing off),
+    as a copy carries them in place of the original's."""
+    trace_headers = tracing.result_headers()
+    if not trace_headers:
+        return reference
+    return OutgoingRecord(reference.key, reference.value, (*reference.headers, *trace_headers))
 
 
 def too_large(source: SourceRecord, failure: Failure, exc: RecordTooLargeError) -> Failure:

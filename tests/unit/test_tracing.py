@@ -22,8 +22,11 @@ from typer.testing import CliRunner
 from dispatcher import tracing
 from dispatcher.call.contract import CallOutcome
 from dispatcher.cli import app
-from dispatcher.errors import ConfigError
-from dispatcher.wire import Failure, SourceRecord, wait_id_for
+from dispatcher.errors import ConfigError, RecordTooLargeError
+from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settle import OutcomeWriter
+from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for
 
 pytestmark = pytest.mark.unit
 
@@ -225,3 +228,36 @@ def test_the_pod_refuses_tracing_settings_it_cannot_serve_before_it_starts(
         tracing.use(None)
     assert result.exit_code == 2, result.output
     assert "OTEL_TRACES_EXPORTER=jaeger" in result.output
+
+
+class _RefusesCopies:
+    """A DLQ topic that takes a reference DLQ record but refuses a copy as too large."""
+
+    def __init__(self) -> None:
+        self.written: list[OutgoingRecord] = []
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        if record.value is not None:
+            raise RecordTooLargeError(f"{topic} takes at most 1 byte")
+        self.written.append(record)
+        return 0
+
+
+async def test_a_reference_dlq_record_continues_the_records_trace(
+        spans: InMemorySpanExporter) -> None:
+    """A record too large to copy into the DLQ: the reference written instead carries the
+    record span's traceparent, as a copy would."""
+    writer = _RefusesCopies()
+    topics = TopicConfig(input_topics=("orders",), group="payments", wait_topic="w",
+                         dlq_topic="payments.dlq", result_topic=None, create_missing=False,
+                         delete_retention_s=1.0)
+    outcomes = OutcomeWriter(writer, topics, DispatcherMetrics())
+    trace = tracing.record_trace(source(), "payments")
+    await outcomes.dead_letter(source(), Failure("HTTPStatusError", "HTTP 400"))
+    trace.end()
+
+    record_span = by_name(spans)["process orders"].context.span_id
+    (reference,) = writer.written
+    assert dict(reference.headers)["traceparent"] == (
+        f"00-{TRACE_ID}-{format(record_span, '016x')}-01").encode()
