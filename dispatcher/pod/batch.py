@@ -19,6 +19,7 @@ from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import OutcomeWriter, source_record
+from dispatcher.tracing import record_trace
 from dispatcher.wire import NULL_VALUE_FAILURE, SourceRecord, idempotency_key_of, wait_id_for
 
 log = logging.getLogger(__name__)
@@ -72,17 +73,25 @@ class BatchEngine:
                 self._metrics.record_duration.observe(elapsed)
 
     async def _process(self, source: SourceRecord) -> None:
-        if source.value is None:
-            await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
-            return
-        if self._rate is not None:
-            await self._rate.token()
-        wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
-                                  source.offset))
-        outcome = await call_settling_bugs(self._counterparty, CallRequest(
-            source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
-        self._metrics.call_latency.observe(outcome.elapsed_s)
-        await self._outcomes.settle(source, wait_id, outcome)
+        """One record: its call and its outcome, traced as the engine traces it (each runs in
+        a task of its own under `gather`, so the span is the record's alone)."""
+        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off
+        try:
+            if source.value is None:
+                await self._outcomes.dead_letter(source, NULL_VALUE_FAILURE)
+                return
+            if self._rate is not None:
+                await self._rate.token()
+            wait_id = str(wait_id_for(self._topics.group, source.topic, source.partition,
+                                      source.offset))
+            trace.calling()
+            outcome = await call_settling_bugs(self._counterparty, CallRequest(
+                source.value, idempotency_key_of(source.headers, wait_id), source, wait_id))
+            trace.called(outcome)
+            self._metrics.call_latency.observe(outcome.elapsed_s)
+            await self._outcomes.settle(source, wait_id, outcome)
+        finally:
+            trace.end()
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 from cases import (
@@ -135,6 +136,23 @@ def test_batch_mode_calls_every_record_and_commits_without_a_wait_topic() -> Non
     assert committed_to_end(log)
     assert log.cluster.records(log.topics.wait_topic) == []
     assert dlq(log) == []
+
+
+@pytest.mark.parametrize("mode", ["at-least-once", "batch"])
+def test_each_record_is_one_span_with_its_call_in_either_mode(spans: Any, mode: str) -> None:
+    """Tracing on: every record of either engine gets its span, with the call's span inside
+    it (the batch baseline was untraced before)."""
+    async def quick(_world: World, _call: Call, _record: Record) -> bytes | None:
+        await asyncio.sleep(0.01)
+        return b"{}"
+
+    log = simulate(quiet({"mode": mode, "concurrency": 4}, partitions=1, records=12,
+                         handle=quick))
+    finished = spans.get_finished_spans()
+    records = [span for span in finished if span.name.startswith("process ")]
+    calls = [span for span in finished if span.name == "call"]
+    assert len(records) == len(calls) == len(inputs(log)) == 12
+    assert {call.parent.span_id for call in calls} == {r.context.span_id for r in records}
 
 
 class ClientBugError(Exception):
