@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from dispatcher.handlers.record import HandlerResult, Record, Retryable
+from dispatcher.call.handler import HandlerResult, Record, Retryable
 
 if TYPE_CHECKING:
     from dispatcher.pod.runner import run_pod

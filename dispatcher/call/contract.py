@@ -1,8 +1,8 @@
 """The call contract: what the engine asks of a counterparty and what it gets back.
 
 `Counterparty.call(CallRequest) -> CallOutcome` is the seam between the pod and whatever makes
-the call (a user's handler, `dispatcher.handlers.invoke`; the built-in HTTP client,
-`dispatcher.call.http`). `Counterparty.call` never raises for counterparty problems (status
+the call (any handler, the built-in HTTP one included, run by the attempt loop in
+`dispatcher.call.attempts`). `Counterparty.call` never raises for counterparty problems (status
 codes, connection errors, the deadline): it returns a `CallOutcome`. It does propagate
 `asyncio.CancelledError`. Each attempt of a call, retries included, is told to an
 `AttemptObserver` as a `CallResult` (the circuit breaker and the adaptive window listen).
@@ -55,7 +55,8 @@ class ResultValue(enum.Enum):
     """Where a successful call's result record comes from when no handler gave one."""
 
     CALL_SUMMARY = "call-summary"
-    """Waitline's JSON summary of the call (the built-in `HttpCounterparty`)."""
+    """Waitline's JSON summary of the call (a handler returned a `CallSummary`: the built-in
+    HTTP handler behind `--counterparty-url`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,114 +1,28 @@
-"""What a counterparty answer means (success, retry, or final failure) and how long to wait.
+"""How long to wait between attempts and how a call that ran out of time ends (pure, no I/O).
 
-Pure: no I/O. The HTTP shell (`dispatcher.call.http`) turns each HTTP attempt into an
-`Attempt` with `attempt_from_response` or `attempt_from_error`, asks `RetryPolicy` how long to
-pause before the next one, and ends with `final_outcome` or `deadline_outcome`.
-
-Classification: 2xx succeeds; 408, 429 and every 5xx are retriable; every other status (1xx as a
-final answer, 3xx because redirects are not followed, other 4xx) is a permanent failure with
-error class `HTTPStatusError`. Retriable failures that outlast the deadline end as `TimeoutError`.
+The attempt loop (`dispatcher.call.attempts`) asks `RetryPolicy` how long to pause before the
+next attempt and ends with `deadline_outcome` when the deadline strikes; the built-in HTTP
+handler quotes answers with `body_snippet` and reads `Retry-After` with `parse_retry_after_s`.
+Retried failures that outlast the deadline end as `TimeoutError`.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import random
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from dispatcher.call.contract import CallOutcome, CallResult
+from dispatcher.call.contract import CallOutcome
 from dispatcher.wire import Failure
 
-RETRIABLE_CLIENT_STATUSES = frozenset({408, 429})
-RETRY_AFTER_STATUSES = frozenset({429, 503})
 BODY_SNIPPET_CHARS = 512
 """Body characters quoted in a failure message: enough to read an error, bounded for headers."""
 
-HTTP_STATUS_ERROR = "HTTPStatusError"
 DEADLINE_ERROR = "TimeoutError"
-
-
-class Verdict(enum.Enum):
-    """What one attempt means for the call."""
-
-    SUCCESS = "success"
-    RETRIABLE = "retriable"
-    PERMANENT = "permanent"
-
-
-def classify_status(status: int) -> Verdict:
-    """The verdict for an HTTP status code (any integer: unknown codes are permanent)."""
-    if 200 <= status <= 299:
-        return Verdict.SUCCESS
-    if status in RETRIABLE_CLIENT_STATUSES or 500 <= status <= 599:
-        return Verdict.RETRIABLE
-    return Verdict.PERMANENT
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One HTTP attempt, reduced to what the retry loop and the final outcome need.
-
-    `error` is a one-line description for failure messages ("" on success); `error_class` names
-    the failure's class when the attempt ends the call as a permanent failure.
-    """
-
-    verdict: Verdict
-    status: int | None
-    error: str = ""
-    error_class: str = ""
-    stacktrace: str | None = None
-    retry_after_s: float | None = None
-
-
-def health_of(attempt: Attempt) -> CallResult:
-    """What one HTTP attempt says about the counterparty (fed to the circuit breaker): no
-    answer is REFUSED, 5xx a SERVER_ERROR, 408/429 a FAST_FAILURE; any other answer, a
-    permanent 4xx included, shows it up."""
-    if attempt.status is None:
-        return CallResult.SUCCESS if attempt.verdict is Verdict.SUCCESS else CallResult.REFUSED
-    if 500 <= attempt.status <= 599:
-        return CallResult.SERVER_ERROR
-    return CallResult.FAST_FAILURE if attempt.verdict is Verdict.RETRIABLE else CallResult.SUCCESS
-
-
-def attempt_from_response(
-    status: int, body: bytes, retry_after: str | None, *, now: datetime
-) -> Attempt:
-    """The attempt that got an HTTP answer; `retry_after` is the raw header, honoured on 429/503."""
-    verdict = classify_status(status)
-    if verdict is Verdict.SUCCESS:
-        return Attempt(verdict=verdict, status=status)
-    snippet = body_snippet(body)
-    error = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status} with an empty body"
-    retry_after_s = (
-        parse_retry_after_s(retry_after, now=now)
-        if retry_after is not None and status in RETRY_AFTER_STATUSES
-        else None
-    )
-    return Attempt(
-        verdict=verdict,
-        status=status,
-        error=error,
-        error_class=HTTP_STATUS_ERROR,
-        retry_after_s=retry_after_s,
-    )
-
-
-def attempt_from_error(
-    error_class: str, message: str, *, retriable: bool, stacktrace: str | None = None
-) -> Attempt:
-    """The attempt that got no HTTP answer (connection refused, reset, TLS failure...)."""
-    return Attempt(
-        verdict=Verdict.RETRIABLE if retriable else Verdict.PERMANENT,
-        status=None,
-        error=f"{error_class}: {message}" if message else error_class,
-        error_class=error_class,
-        stacktrace=stacktrace,
-    )
 
 
 def body_snippet(body: bytes, limit: int = BODY_SNIPPET_CHARS) -> str:
@@ -133,25 +47,10 @@ def parse_retry_after_s(value: str, *, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
-def final_outcome(attempt: Attempt, *, attempts: int, elapsed_s: float) -> CallOutcome:
-    """The outcome of a call whose last attempt succeeded or failed permanently."""
-    if attempt.verdict is Verdict.SUCCESS:
-        return CallOutcome(
-            ok=True, status=attempt.status, attempts=attempts, elapsed_s=elapsed_s, failure=None
-        )
-    if attempt.verdict is Verdict.RETRIABLE:
-        raise ValueError("a retriable attempt does not end a call; only the deadline does")
-    failure = Failure(
-        exception=attempt.error_class, message=attempt.error, stacktrace=attempt.stacktrace
-    )
-    return CallOutcome(
-        ok=False, status=attempt.status, attempts=attempts, elapsed_s=elapsed_s, failure=failure
-    )
-
-
 def deadline_outcome(
-    last_answered: Attempt | None,
+    last_error: BaseException | None,
     *,
+    status: int | None,
     attempts: int,
     elapsed_s: float,
     deadline_s: float,
@@ -159,26 +58,32 @@ def deadline_outcome(
 ) -> CallOutcome:
     """The `TimeoutError` outcome of a call that reached its deadline.
 
-    `last_answered` is the last attempt that completed (None if none did); `waiting_for_answer`
-    says the deadline struck while attempt number `attempts` was still waiting for its answer.
+    `last_error` is what the last completed attempt asked a retry with (None if none
+    completed), `status` its HTTP status if any; `waiting_for_answer` says the deadline struck
+    while attempt number `attempts` was still running.
     """
     parts = [f"no final answer within the {deadline_s:g} s deadline after {attempts} attempt(s)"]
     if waiting_for_answer:
         parts.append(f"attempt {attempts} was still waiting for an answer")
-    if last_answered is not None:
-        parts.append(f"last error: {last_answered.error}")
+    if last_error is not None:
+        parts.append(f"last error: {_describe(last_error)}")
     failure = Failure(
         exception=DEADLINE_ERROR,
         message="; ".join(parts),
-        stacktrace=last_answered.stacktrace if last_answered is not None else None,
+        stacktrace=(None if last_error is None
+                    else "".join(traceback.format_exception(last_error))),
     )
-    return CallOutcome(
-        ok=False,
-        status=last_answered.status if last_answered is not None else None,
-        attempts=attempts,
-        elapsed_s=elapsed_s,
-        failure=failure,
-    )
+    return CallOutcome(ok=False, status=status, attempts=attempts, elapsed_s=elapsed_s,
+                       failure=failure)
+
+
+def _describe(error: BaseException) -> str:
+    """A plain `Retryable` by its message ("HTTP 503: busy"); any other error, a subclass of
+    it included, by its class name and message."""
+    name, message = type(error).__name__, str(error)
+    if name == "Retryable" and message:
+        return message
+    return f"{name}: {message}" if message else name
 
 
 @dataclass(frozen=True, slots=True)

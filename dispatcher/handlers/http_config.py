@@ -13,11 +13,19 @@ Every field is a `WAITLINE_HTTP_<FIELD>` variable (or a keyword argument from Py
 - `CONNECT_TIMEOUT` (5 s) bounds opening a connection only: the one deadline of a call is the
   pod's `--deadline`, enforced around the handler; `MAX_CONNECTIONS` (0: no cap of its own,
   the pod's window N bounds the calls in flight; set it to open fewer connections than N);
-  `MAX_RESPONSE_BYTES` (1 MiB, the largest answer kept as a result); `IDEMPOTENCY_HEADER`.
+  `MAX_RESPONSE_BYTES` (1 MiB, the largest answer kept as a result); `IDEMPOTENCY_HEADER`;
+- `RESULT`: what a success's result record holds: `body` (the answer's body, the default) or
+  `call-summary` (Waitline's JSON summary of the call, `{"waitId", "status", "attempts",
+  "elapsedSeconds"}`; the answer's body is then read only up to 64 KiB, to quote errors).
+
+`--counterparty-url URL` is a preset of this handler (`counterparty_url_preset`): `URL` taken
+literally (not a template), `POST`, `MAX_CONNECTIONS` the pod's window and `RESULT`
+`call-summary`; every other `WAITLINE_HTTP_*` variable (auth, TLS, headers, statuses) applies.
 """
 
 from __future__ import annotations
 
+import enum
 import ssl
 import string
 from pathlib import Path
@@ -25,16 +33,31 @@ from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from yarl import URL
 
-from dispatcher.errors import config_error
+from dispatcher.errors import ConfigError, config_error
 
-__all__ = ["HttpHandlerConfig", "StatusSet", "load_http_config", "parse_statuses"]
+__all__ = [
+    "HttpHandlerConfig",
+    "HttpResult",
+    "StatusSet",
+    "counterparty_url_preset",
+    "load_http_config",
+    "parse_statuses",
+]
 
 ENV_PREFIX = "WAITLINE_HTTP_"
 _TOKEN_CHARS = frozenset(string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~")
 _SET_BY_HANDLER = frozenset({"content-type", "content-length", "host", "authorization"})
 
 StatusSet = frozenset[int]
+
+
+class HttpResult(enum.StrEnum):
+    """What a successful call's result record holds."""
+
+    BODY = "body"
+    CALL_SUMMARY = "call-summary"
 
 
 def parse_statuses(text: str) -> StatusSet:
@@ -80,6 +103,7 @@ class HttpHandlerConfig(BaseSettings):
     max_connections: int = Field(0, ge=0)  # 0: as many as the window keeps in flight
     max_response_bytes: int = Field(1024 * 1024, ge=0)
     idempotency_header: str = "Idempotency-Key"
+    result: HttpResult = HttpResult.BODY
 
     @field_validator("forward_headers", mode="before")
     @classmethod
@@ -167,3 +191,26 @@ def load_http_config(**fields: Any) -> HttpHandlerConfig:
         return HttpHandlerConfig(**fields)
     except ValidationError as exc:
         raise config_error(exc, "HTTP handler", ENV_PREFIX) from None
+
+
+def counterparty_url_preset(url: str, *, max_connections: int) -> HttpHandlerConfig:
+    """The handler behind `--counterparty-url URL`: POST to `URL` taken literally (braces are
+    not placeholders), a pool of `max_connections` (the window), the JSON call summary as the
+    result record; other `WAITLINE_HTTP_*` variables apply. ConfigError for a bad URL."""
+    _check_counterparty_url(url)
+    return load_http_config(url=url.replace("{", "{{").replace("}", "}}"), method="POST",
+                            max_connections=max_connections, result=HttpResult.CALL_SUMMARY)
+
+
+def _check_counterparty_url(url: str) -> None:
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"counterparty url {url!r} is not a URL: {exc}") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise ConfigError(
+            f"counterparty url {url!r} must start with http:// or https://, "
+            f"e.g. http://127.0.0.1:8080/calls"
+        )
+    if not parsed.host:
+        raise ConfigError(f"counterparty url {url!r} has no host")

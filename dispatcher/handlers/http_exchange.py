@@ -4,7 +4,8 @@ Shared by the aiohttp handler (`dispatcher.handlers.http`) and the httpx one
 (`dispatcher.handlers.httpx_handler`), so both behave the same: one `HttpExchange` builds the
 request (URL from the template, headers, body = the record's value) and reads the answer — a
 success returns its body (the result record), a retried status raises `Retryable` (with its
-`Retry-After`), any other status raises `HTTPStatusError`.
+`Retry-After` and status), any other status raises `HTTPStatusError` (with `.status`). With
+`result=call-summary` a success returns a `CallSummary` of its status instead of its body.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from dispatcher.call.handler import CallSummary, Record, Retryable
 from dispatcher.call.outcomes import body_snippet, parse_retry_after_s
 from dispatcher.errors import ConfigError
-from dispatcher.handlers.http_config import HttpHandlerConfig
-from dispatcher.handlers.record import Record, Retryable
+from dispatcher.handlers.http_config import HttpHandlerConfig, HttpResult
 from dispatcher.secrets import register_basic_auth, register_secret
 
 __all__ = ["HTTPStatusError", "HttpExchange", "HttpRequest", "RecordFieldError", "UrlTemplate"]
@@ -67,7 +68,8 @@ class UrlTemplate:
                 self._parts.append((literal, field, spec or ""))
         except ValueError as exc:
             raise ConfigError(f"URL template {template!r} is malformed: {exc}") from exc
-        self._constant = template if all(f is None for _, f, _ in self._parts) else None
+        self._constant = ("".join(literal for literal, _, _ in self._parts)
+                          if all(f is None for _, f, _ in self._parts) else None)
 
     def render(self, record: Record) -> str:
         if self._constant is not None:
@@ -100,6 +102,7 @@ class HttpExchange:
     def __init__(self, config: HttpHandlerConfig) -> None:
         self.config = config
         self._url = UrlTemplate(config.url)
+        self._summary = config.result is HttpResult.CALL_SUMMARY
         self._forwarded = {name.lower() for name in config.forward_headers}
         self._static = [("User-Agent", USER_AGENT), *config.headers.items(),
                         ("Content-Type", config.content_type)]
@@ -113,9 +116,12 @@ class HttpExchange:
             headers.extend(_forwarded(record, self._forwarded))
         return HttpRequest(self.config.method, self._url.render(record), headers, record.value)
 
-    def result_of(self, status: int, body: bytes, retry_after: str | None) -> bytes:
+    def result_of(self, status: int, body: bytes,
+                  retry_after: str | None) -> bytes | CallSummary:
         """The result for an answer, or raises `Retryable` / `HTTPStatusError`."""
         if status in self.config.success_statuses:
+            if self._summary:
+                return CallSummary(status)
             if len(body) > self.config.max_response_bytes:
                 raise ResponseTooLargeError(
                     f"the HTTP {status} answer exceeds max_response_bytes "
@@ -126,7 +132,7 @@ class HttpExchange:
         if status in self.config.retry_statuses:
             delay_s = (parse_retry_after_s(retry_after, now=datetime.now(UTC))
                        if retry_after is not None else None)
-            raise Retryable(message, delay_s=delay_s)
+            raise Retryable(message, delay_s=delay_s, status=status)
         raise HTTPStatusError(status, message)
 
 

@@ -25,9 +25,9 @@ import ssl
 
 import httpx
 
+from dispatcher.call.handler import CallSummary, Record, Retryable
 from dispatcher.handlers.http_config import HttpHandlerConfig
 from dispatcher.handlers.http_exchange import HttpExchange
-from dispatcher.handlers.record import Record, Retryable
 
 __all__ = ["HttpxHandler"]
 
@@ -43,7 +43,7 @@ class HttpxHandler:
     def __repr__(self) -> str:
         return f"HttpxHandler({self.config.method} {self.config.url})"
 
-    async def handle(self, record: Record) -> bytes:
+    async def handle(self, record: Record) -> bytes | CallSummary:
         request = self._exchange.request_for(record)
         try:
             response = await self._client.request(

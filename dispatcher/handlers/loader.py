@@ -25,20 +25,14 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
+from dispatcher.call.handler import Handler, HandlerResult, Record
 from dispatcher.errors import ConfigError
-from dispatcher.handlers.record import HandlerResult, Record
 
 __all__ = ["Handler", "LoadedHandler", "load_handler"]
 
 SPEC_EXAMPLE = "myapp.handlers:handle"
-
-
-class Handler(Protocol):
-    """What a handler object offers: one async method per record (`async def handle`)."""
-
-    def handle(self, record: Record) -> Awaitable[HandlerResult]: ...
 
 
 HandleFunction = Callable[[Record], Awaitable[HandlerResult]]

@@ -14,12 +14,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from dispatcher.call.attempts import HandlerCounterparty, handler_retry_policy
 from dispatcher.call.contract import AttemptObserver, Counterparty, observe_all
-from dispatcher.call.http import CounterpartySettings, HttpCounterparty
+from dispatcher.call.handler import Handler
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.rate import RateGate
-from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
+from dispatcher.handlers.http import AiohttpHandler
+from dispatcher.handlers.http_config import HttpHandlerConfig
 from dispatcher.handlers.loader import LoadedHandler, load_handler
 from dispatcher.kafka.clients import (
     AckedWriter,
@@ -138,7 +140,8 @@ async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, w
                       handler: LoadedHandler | None,
                       clock: Callable[[], float] = time.time) -> AsyncIterator[Engine]:
     """The engine `settings` ask for on Kafka's seam (`consumer`, `writer`), with its flow
-    control and its counterparty (the handler, or the built-in HTTP client) open for the block.
+    control and its counterparty (the handler, or the `--counterparty-url` preset of the built-in
+    HTTP handler) open for the block.
     The pod runs it on aiokafka; the simulator (tests/simulation) on its in-memory Kafka."""
     window = settings.window()
     circuit, adaptive, observer = _flow_control(settings, window, metrics)
@@ -171,17 +174,22 @@ def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: Dis
 
 @contextlib.asynccontextmanager
 async def _open_counterparty(handler: LoadedHandler | None,
-                             http: CounterpartySettings | None,
+                             http: HttpHandlerConfig | None,
                              deadline_s: float,
                              observer: AttemptObserver) -> AsyncIterator[Counterparty]:
-    """The user's handler (opened once, closed on stop) or the built-in HTTP client."""
+    """The user's handler or the built-in HTTP handler's `--counterparty-url` preset (opened
+    once, closed on stop), run by the one attempt loop."""
+    async with _open_handler(handler, http) as opened:
+        yield HandlerCounterparty(opened, handler_retry_policy(deadline_s), observer=observer)
+
+
+def _open_handler(handler: LoadedHandler | None, http: HttpHandlerConfig | None,
+                  ) -> contextlib.AbstractAsyncContextManager[Handler]:
     if handler is not None:
-        async with handler.open() as opened:
-            yield HandlerCounterparty(opened, handler_retry_policy(deadline_s),
-                                      observer=observer)
-    elif http is not None:
-        async with HttpCounterparty(http, observer) as client:
-            yield client
+        return handler.open()
+    if http is None:
+        raise ValueError("a pod runs --handler or --counterparty-url")
+    return AiohttpHandler(http)
 
 
 def _remove_handlers(loop: asyncio.AbstractEventLoop) -> None:

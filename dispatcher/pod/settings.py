@@ -3,9 +3,9 @@
 `DispatchSettings` is the flat, validated view (flags > environment > defaults, via
 pydantic-settings), on top of the Kafka client settings every command reads
 (`dispatcher.kafka.config.KafkaClientSettings`); the engine takes the grouped, frozen views it
-builds once: `KafkaConfig`, `TopicConfig`, `WindowConfig`, `CounterpartySettings`,
-`ObservabilityConfig`. Invalid values raise `ConfigError` with one line per problem, naming the
-flag.
+builds once: `KafkaConfig`, `TopicConfig`, `WindowConfig`, `ObservabilityConfig`, and the
+`--counterparty-url` preset's `HttpHandlerConfig`. Invalid values raise `ConfigError` with one
+line per problem, naming the flag.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pydantic import (
 )
 from pydantic_settings import SettingsConfigDict
 
-from dispatcher.call.http import CounterpartySettings
 from dispatcher.durations import as_field_error, duration_s
 from dispatcher.errors import ConfigError
 from dispatcher.flow.adaptive import AdaptiveConfig
@@ -31,6 +30,7 @@ from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
+from dispatcher.handlers.http_config import HttpHandlerConfig, counterparty_url_preset
 from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.kafka.topics import TopicConfig
 from dispatcher.logs import LogFormat
@@ -283,12 +283,12 @@ class DispatchSettings(KafkaClientSettings):
                             ordering=self.ordering, adaptive=self.adaptive(),
                             deadline_s=self.deadline, loop_guard=self.loop_guard())
 
-    def counterparty(self) -> CounterpartySettings:
-        """The built-in HTTP client's settings (only without --handler)."""
+    def counterparty(self) -> HttpHandlerConfig:
+        """The built-in HTTP handler preset `--counterparty-url` runs (only without --handler):
+        POST to the URL, one connection per window slot, the JSON call summary as result."""
         if self.counterparty_url is None:
             raise ConfigError("no --counterparty-url: this pod runs --handler")
-        return CounterpartySettings(url=self.counterparty_url, deadline_s=self.deadline,
-                                    max_connections=self.window_size)
+        return counterparty_url_preset(self.counterparty_url, max_connections=self.window_size)
 
     def observability(self) -> ObservabilityConfig:
         return ObservabilityConfig(metrics_host=self.metrics_host, metrics_port=self.metrics_port,

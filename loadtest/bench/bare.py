@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from dispatcher.call.http import pooled_session
+from dispatcher.handlers.http import pooled_session
 from dispatcher.kafka.clients import make_producer, producer_batch_bytes
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.topics import TopicConfig, ensure_topics

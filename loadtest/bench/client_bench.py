@@ -5,9 +5,9 @@
 
 An aiohttp.web server in a separate process on loopback answers every POST at once, so the
 client's CPU time (`time.process_time()`) per completed call measures the client alone: httpx's
-default transport, httpx over the httpx-aiohttp transport, plain aiohttp, Waitline's own
-`HttpCounterparty`, and the built-in HTTP handler (aiohttp, or httpx) behind
-`HandlerCounterparty`, as `waitline dispatch --handler` runs it. Each cell first opens its N
+default transport, httpx over the httpx-aiohttp transport, plain aiohttp, and the built-in HTTP
+handler (aiohttp, or httpx; and aiohttp as the `--counterparty-url` preset) behind the attempt
+loop `HandlerCounterparty`, as `waitline dispatch` runs it. Each cell first opens its N
 connections with one untimed round of N calls, then N workers share a budget of `--calls`
 calls, cut short after `--max-seconds`. Prints a Markdown table.
 """
@@ -33,13 +33,12 @@ import httpx
 from aiohttp import web
 from httpx_aiohttp import AiohttpTransport
 
+from dispatcher.call.attempts import HandlerCounterparty, handler_retry_policy
 from dispatcher.call.contract import CallRequest
-from dispatcher.call.http import CounterpartySettings, HttpCounterparty
 from dispatcher.handlers import Handler
 from dispatcher.handlers.http import AiohttpHandler
-from dispatcher.handlers.http_config import HttpHandlerConfig
+from dispatcher.handlers.http_config import HttpHandlerConfig, counterparty_url_preset
 from dispatcher.handlers.httpx_handler import HttpxHandler
-from dispatcher.handlers.invoke import HandlerCounterparty, handler_retry_policy
 from dispatcher.wire import SourceRecord
 
 BODY = (
@@ -151,18 +150,6 @@ async def plain_aiohttp(url: str, concurrency: int) -> AsyncIterator[Call]:
 
 
 @contextlib.asynccontextmanager
-async def waitline_counterparty(url: str, concurrency: int) -> AsyncIterator[Call]:
-    settings = CounterpartySettings(url=url, max_connections=concurrency)
-    async with HttpCounterparty(settings) as counterparty:
-        request = CallRequest(body=BODY, idempotency_key=IDEMPOTENCY_KEY)
-
-        async def call() -> bool:
-            return (await counterparty.call(request)).ok
-
-        yield call
-
-
-@contextlib.asynccontextmanager
 async def _handler_call(handler: Handler) -> AsyncIterator[Call]:
     """A handler behind the engine's seam, as the pod runs it (`HandlerCounterparty`)."""
     counterparty = HandlerCounterparty(handler, handler_retry_policy(60.0))
@@ -184,6 +171,13 @@ async def http_handler_aiohttp(url: str, concurrency: int) -> AsyncIterator[Call
 
 
 @contextlib.asynccontextmanager
+async def counterparty_url(url: str, concurrency: int) -> AsyncIterator[Call]:
+    config = counterparty_url_preset(url, max_connections=concurrency)
+    async with AiohttpHandler(config) as handler, _handler_call(handler) as call:
+        yield call
+
+
+@contextlib.asynccontextmanager
 async def http_handler_httpx(url: str, concurrency: int) -> AsyncIterator[Call]:
     async with httpx.AsyncClient(limits=_httpx_limits(concurrency), timeout=60) as client:
         handler = HttpxHandler(client, HttpHandlerConfig(url=url))
@@ -195,7 +189,7 @@ CANDIDATES: dict[str, ClientFactory] = {
     "httpx default transport": httpx_default,
     "httpx + httpx-aiohttp": httpx_over_aiohttp,
     "plain aiohttp": plain_aiohttp,
-    "HttpCounterparty": waitline_counterparty,
+    "--counterparty-url preset": counterparty_url,
     "HTTP handler (aiohttp)": http_handler_aiohttp,
     "HTTP handler (httpx)": http_handler_httpx,
 }

@@ -27,8 +27,8 @@ from cases import (
 from oracle import check
 from world import GROUP, Call, Input, World, quiet, simulate
 
+from dispatcher.call.attempts import HandlerCounterparty
 from dispatcher.call.contract import CallOutcome, CallRequest
-from dispatcher.handlers.invoke import HandlerCounterparty
 from dispatcher.handlers.record import Record
 from dispatcher.wire import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from dispatcher.call.attempts import HandlerCounterparty
 from dispatcher.call.contract import CallOutcome, CallRequest
 from dispatcher.call.outcomes import RetryPolicy
 from dispatcher.handlers import load_handler
-from dispatcher.handlers.invoke import HandlerCounterparty
 from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.unit

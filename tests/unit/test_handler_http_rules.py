@@ -10,9 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.call.handler import CallSummary
 from dispatcher.errors import ConfigError
 from dispatcher.handlers import Record, Retryable
-from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config, parse_statuses
+from dispatcher.handlers.http_config import (
+    HttpHandlerConfig,
+    HttpResult,
+    load_http_config,
+    parse_statuses,
+)
 from dispatcher.handlers.http_exchange import (
     HttpExchange,
     HTTPStatusError,
@@ -136,6 +142,13 @@ def test_a_template_without_placeholders_is_used_as_is() -> None:
     assert UrlTemplate("http://h/calls").render(RECORD) == "http://h/calls"
 
 
+def test_doubled_braces_are_literal_braces_with_or_without_placeholders() -> None:
+    """A template of only literal text rendered its doubled braces as typed, so the
+    `--counterparty-url` preset (which doubles them) would have called `/{{key}}`."""
+    assert UrlTemplate("http://h/a{{key}}").render(RECORD) == "http://h/a{key}"
+    assert UrlTemplate("http://h/{{x}}/{topic}").render(RECORD) == "http://h/{x}/orders"
+
+
 @pytest.mark.parametrize("template", ["http://h/{value}", "http://h/{header}", "http://h/{key:x}",
                                       "http://h/{key!r}", "http://h/{", "http://h/{0}"])
 def test_an_unknown_or_malformed_placeholder_is_a_config_error(template: str) -> None:
@@ -198,7 +211,24 @@ def test_a_success_larger_than_the_limit_is_refused() -> None:
 def test_a_retried_status_raises_retryable_with_its_retry_after() -> None:
     with pytest.raises(Retryable, match="HTTP 429: slow down") as caught:
         HttpExchange(config()).result_of(429, b"slow down", "7")
-    assert caught.value.delay_s == 7.0
+    assert (caught.value.delay_s, caught.value.status) == (7.0, 429)
+
+
+def test_with_the_call_summary_as_result_a_success_returns_its_status_not_its_body() -> None:
+    exchange = HttpExchange(config(result="call-summary", max_response_bytes=3))
+    assert exchange.result_of(202, b"a body larger than the limit", None) == CallSummary(202)
+    with pytest.raises(HTTPStatusError):
+        exchange.result_of(400, b"bad", None)
+
+
+def test_the_result_kind_is_read_from_waitline_http_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WAITLINE_HTTP_RESULT", "call-summary")
+    assert config().result is HttpResult.CALL_SUMMARY
+    monkeypatch.setenv("WAITLINE_HTTP_RESULT", "headers")
+    with pytest.raises(ConfigError, match="WAITLINE_HTTP_RESULT"):
+        config()
 
 
 def test_a_permanent_status_raises_http_status_error_with_the_body_snippet() -> None:

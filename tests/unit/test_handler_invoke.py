@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.call.attempts import HandlerCounterparty, next_pause_s, record_for, result_bytes
 from dispatcher.call.contract import CallOutcome, CallRequest
 from dispatcher.call.outcomes import RetryPolicy
 from dispatcher.handlers import Record, Retryable
-from dispatcher.handlers.invoke import HandlerCounterparty, next_pause_s, record_for, result_bytes
 from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.unit
@@ -127,7 +127,7 @@ async def test_retryable_past_the_deadline_ends_as_timeout_error_naming_the_last
     assert not outcome.ok and outcome.failure is not None
     assert outcome.failure.exception == "TimeoutError"
     assert "0.3 s deadline" in outcome.failure.message
-    assert "last error: Retryable: upstream busy" in outcome.failure.message
+    assert "last error: upstream busy" in outcome.failure.message
     assert outcome.attempts >= 2 and len(handler.seen) == outcome.attempts
 
 

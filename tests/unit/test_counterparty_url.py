@@ -1,8 +1,11 @@
-"""HttpCounterparty against a real aiohttp.web server on loopback, started inside each test."""
+"""`--counterparty-url`, the built-in HTTP handler's preset run by the one attempt loop, against a
+real aiohttp.web server on loopback, started inside each test: retries under the deadline,
+Retry-After, the pool, the headers, the call summary as result, and the URL's checks."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 import uuid
@@ -13,8 +16,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from dispatcher.call.contract import CallOutcome, CallRequest, FunctionCounterparty
-from dispatcher.call.http import CounterpartySettings, HttpCounterparty
+from dispatcher.call.attempts import HandlerCounterparty
+from dispatcher.call.contract import CallOutcome, CallRequest, FunctionCounterparty, ResultValue
+from dispatcher.call.outcomes import RetryPolicy
+from dispatcher.errors import ConfigError
+from dispatcher.handlers.http import AiohttpHandler
+from dispatcher.handlers.http_config import counterparty_url_preset
+from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 
@@ -23,7 +31,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # The machine is shared and noisy: waits may run long, never short.
 LATE_TOLERANCE_S = 0.7
 SHORT_DEADLINE_S = 1.5
-REQUEST = CallRequest(body=b'{"order": 1}', idempotency_key="6fa459ea-ee8a-3ca4-894e-db77e160355e")
+KEY = "6fa459ea-ee8a-3ca4-894e-db77e160355e"
+BODY = b'{"order": 1}'
+SOURCE = SourceRecord(topic="orders", partition=0, offset=3, key=b"k", value=BODY, headers=(),
+                      timestamp_ms=0)
+REQUEST = CallRequest(body=BODY, idempotency_key=KEY, source=SOURCE)
 
 
 @asynccontextmanager
@@ -44,14 +56,19 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def settings(url: str, **overrides: Any) -> CounterpartySettings:
-    """Settings for `url` with quick backoff, so retry tests run in well under a second."""
-    values = {"deadline_s": 10.0, "backoff_initial_s": 0.01, "backoff_max_s": 0.05, **overrides}
-    return CounterpartySettings(url=url, **values)
+@asynccontextmanager
+async def preset(url: str, *, deadline_s: float = 10.0, backoff_max_s: float = 0.05,
+                 max_connections: int = 100) -> AsyncIterator[HandlerCounterparty]:
+    """The `--counterparty-url` pod's counterparty for `url`, with quick backoff so retry tests
+    run in well under a second."""
+    policy = RetryPolicy(initial_s=0.01, max_s=backoff_max_s, deadline_s=deadline_s)
+    config = counterparty_url_preset(url, max_connections=max_connections)
+    async with AiohttpHandler(config) as handler:
+        yield HandlerCounterparty(handler, policy)
 
 
 async def call_once(url: str, **overrides: Any) -> CallOutcome:
-    async with HttpCounterparty(settings(url, **overrides)) as counterparty:
+    async with preset(url, **overrides) as counterparty:
         return await counterparty.call(REQUEST)
 
 
@@ -75,6 +92,7 @@ async def test_200_is_a_success_in_one_attempt() -> None:
     assert outcome.status == 200
     assert outcome.attempts == 1
     assert outcome.failure is None
+    assert outcome.result is ResultValue.CALL_SUMMARY  # the JSON summary, not the body
     assert 0 < outcome.elapsed_s < 5
 
 
@@ -176,7 +194,10 @@ async def test_retry_after_beyond_the_deadline_falls_back_to_backoff() -> None:
     assert outcome.elapsed_s < 1.0
 
 
-async def test_body_idempotency_key_and_headers_reach_the_server_unchanged() -> None:
+async def test_body_idempotency_key_and_headers_reach_the_server_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other `WAITLINE_HTTP_*` variables (content type, headers, auth) apply to the preset."""
     seen: list[tuple[str, str, dict[str, str], bytes]] = []
 
     async def record(request: web.Request) -> web.Response:
@@ -185,19 +206,22 @@ async def test_body_idempotency_key_and_headers_reach_the_server_unchanged() -> 
 
     body = bytes(range(256)) * 4  # every byte value, so no text decoding can slip in
     key = str(uuid.uuid4())
-    async with serve(record) as url:
-        configured = CounterpartySettings(
-            url=url,
-            content_type="application/octet-stream",
-            extra_headers={"X-Tenant": "eu-1", "Authorization": "Bearer t0ken"},
-        )
-        async with HttpCounterparty(configured) as counterparty:
-            outcome = await counterparty.call(CallRequest(body=body, idempotency_key=key))
+    monkeypatch.setenv("WAITLINE_HTTP_CONTENT_TYPE", "application/octet-stream")
+    monkeypatch.setenv("WAITLINE_HTTP_HEADERS", '{"X-Tenant": "eu-1"}')
+    monkeypatch.setenv("WAITLINE_HTTP_BEARER_TOKEN", "t0ken")
+    monkeypatch.setenv("WAITLINE_HTTP_METHOD", "PUT")  # the preset POSTs whatever it says
+    source = SourceRecord(topic="orders", partition=0, offset=3, key=None, value=body,
+                          headers=(), timestamp_ms=0)
+    async with serve(record) as url, preset(url) as counterparty:
+        outcome = await counterparty.call(CallRequest(body=body, idempotency_key=key,
+                                                      source=source))
     assert outcome.ok
+    assert outcome.status == 204
     [(method, path, headers, received)] = seen
     assert (method, path) == ("POST", "/")
     assert received == body
     assert headers["Idempotency-Key"] == key
+    assert headers["User-Agent"] == "waitline"
     assert headers["Content-Type"] == "application/octet-stream"
     assert headers["X-Tenant"] == "eu-1"
     assert headers["Authorization"] == "Bearer t0ken"
@@ -223,7 +247,7 @@ async def test_sequential_calls_reuse_one_kept_alive_connection() -> None:
         client_ports.add(request.transport.get_extra_info("peername")[1])
         return web.Response(text="ok")
 
-    async with serve(record) as url, HttpCounterparty(settings(url)) as counterparty:
+    async with serve(record) as url, preset(url) as counterparty:
         outcomes = [await counterparty.call(REQUEST) for _ in range(20)]
     assert all(outcome.ok for outcome in outcomes)
     assert len(client_ports) == 1
@@ -241,12 +265,11 @@ async def run_concurrently(calls: int, max_connections: int, delay_s: float) -> 
         in_flight -= 1
         return web.Response(text="ok")
 
-    async with serve(slow) as url:
-        configured = settings(url, deadline_s=30.0, max_connections=max_connections)
-        async with HttpCounterparty(configured) as counterparty:
-            started = time.monotonic()
-            outcomes = await asyncio.gather(*(counterparty.call(REQUEST) for _ in range(calls)))
-            wall_s = time.monotonic() - started
+    async with serve(slow) as url, preset(url, deadline_s=30.0,
+                                          max_connections=max_connections) as counterparty:
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(counterparty.call(REQUEST) for _ in range(calls)))
+        wall_s = time.monotonic() - started
     assert all(outcome.ok and outcome.attempts == 1 for outcome in outcomes)
     return peak, wall_s
 
@@ -268,7 +291,7 @@ async def test_cancelling_a_call_propagates_cancelled_error() -> None:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    async with serve(never) as url, HttpCounterparty(settings(url)) as counterparty:
+    async with serve(never) as url, preset(url) as counterparty:
         task = asyncio.create_task(counterparty.call(REQUEST))
         await asyncio.sleep(0.2)
         task.cancel()
@@ -286,3 +309,83 @@ async def test_function_counterparty_delegates_to_the_function() -> None:
     outcome = await FunctionCounterparty(fake).call(REQUEST)
     assert outcome.ok
     assert seen == [REQUEST]
+
+
+async def test_a_permanent_failure_keeps_its_status() -> None:
+    async with serve(answers(409, body=b"duplicate")) as url:
+        outcome = await call_once(url)
+    assert (outcome.ok, outcome.status, outcome.attempts) == (False, 409, 1)
+
+
+async def test_a_redirect_is_not_followed_but_a_permanent_failure() -> None:
+    followed: list[str] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        if request.path != "/":
+            followed.append(request.path)
+        return web.Response(status=302, headers={"Location": "/elsewhere"})
+
+    async with serve(moved) as url:
+        outcome = await call_once(url)
+    assert outcome.failure is not None
+    assert (outcome.failure.exception, outcome.status, outcome.attempts) == (
+        "HTTPStatusError", 302, 1)
+    assert followed == []
+
+
+async def test_a_huge_answer_is_read_only_in_part_and_still_a_success() -> None:
+    """With the call summary as result the body is not kept: a 20 MiB answer costs neither
+    memory nor a failure (the handler's `max_response_bytes` applies to body results)."""
+    async with serve(answers(200, body=b"x" * (20 * 1024 * 1024))) as url:
+        outcome = await call_once(url)
+    assert (outcome.ok, outcome.status, outcome.result) == (True, 200, ResultValue.CALL_SUMMARY)
+
+
+async def test_a_huge_error_answer_is_quoted_in_part() -> None:
+    async with serve(answers(422, body=b"e" * (5 * 1024 * 1024))) as url:
+        outcome = await call_once(url)
+    assert outcome.failure is not None
+    assert outcome.failure.message.startswith("HTTP 422: eee")
+    assert len(outcome.failure.message) < 1024
+
+
+async def test_the_url_is_taken_literally_not_as_a_template() -> None:
+    paths: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        paths.append(request.path)
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    try:
+        outcome = await call_once(f"http://127.0.0.1:{sock.getsockname()[1]}/calls/{{key}}")
+    finally:
+        await runner.cleanup()
+    assert outcome.ok
+    assert paths == ["/calls/{key}"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://counterparty.example/calls", "must start with http:// or https://"),
+        ("counterparty.example/calls", "must start with http:// or https://"),
+        ("http:///calls", "has no host"),
+        ("http://[::1/calls", "is not a URL"),
+    ],
+)
+def test_bad_urls_are_refused_before_any_io(url: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"counterparty url {re.escape(repr(url))} {message}"):
+        counterparty_url_preset(url, max_connections=10)
+
+
+def test_the_preset_posts_with_one_connection_per_window_slot() -> None:
+    config = counterparty_url_preset("http://127.0.0.1:9/calls", max_connections=250)
+    assert (config.method, config.max_connections, config.result) == (
+        "POST", 250, "call-summary")

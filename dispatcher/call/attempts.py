@@ -1,16 +1,21 @@
-"""Running a user's handler as the engine's counterparty (`Counterparty.call` → `CallOutcome`).
+"""The one attempt loop: running a handler as the engine's counterparty (`Counterparty.call` →
+`CallOutcome`), for every handler — a user's own and the built-in HTTP handler behind
+`--counterparty-url` alike.
 
-The engine keeps owning ordering, offsets, the wait topic, the DLQ and tombstones; this adapter
+The engine keeps owning ordering, offsets, the wait topic, the DLQ and tombstones; this loop
 owns one call: it builds the public `Record`, runs the handler under ONE deadline, retries
-`Retryable` with capped, jittered exponential backoff (or the handler's `delay_s`) inside that
-deadline, and turns the end into an outcome:
+`Retryable` with capped, jittered exponential backoff (or the handler's `delay_s`, e.g. a
+`Retry-After`) inside that deadline, tells each attempt's health to the `AttemptObserver`
+(`attempt_health`), and turns the end into an outcome:
 
 - a return value → success; bytes and str (as UTF-8) become the result record's value, None
-  means no result record; any other type is a `TypeError` failure;
+  means no result record, a `CallSummary` asks for Waitline's JSON summary of the call; any
+  other type is a `TypeError` failure;
 - `Retryable` until the deadline → `TimeoutError`, naming the last retryable error;
 - the deadline striking during an attempt → `TimeoutError`;
 - any other exception → a failure with the exception's class name and message (the DLQ's
-  `Exception` / `ExceptionMessage`) and its stack trace.
+  `Exception` / `ExceptionMessage`) and its stack trace; its `status`, when it has an integer
+  one (`HTTPStatusError`), is the outcome's.
 
 `asyncio.CancelledError` propagates when the call's task is being cancelled (a stop, a drain's
 end), as the `Counterparty` contract says; a CancelledError the handler raises on its own is a
@@ -25,21 +30,24 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+import aiohttp
+
 from dispatcher.call.contract import (
     AttemptObserver,
     CallOutcome,
     CallRequest,
     CallResult,
+    ResultValue,
     ignore_attempt,
 )
-from dispatcher.call.outcomes import Attempt, RetryPolicy, attempt_from_error, deadline_outcome
+from dispatcher.call.handler import CallSummary, Handler, HandlerResult, Record, Retryable
+from dispatcher.call.outcomes import RetryPolicy, deadline_outcome
 from dispatcher.clock import monotonic_s
-from dispatcher.handlers.loader import Handler
-from dispatcher.handlers.record import HandlerResult, Record, Retryable
 from dispatcher.wire import Failure, SourceRecord
 
 __all__ = [
     "HandlerCounterparty",
+    "attempt_health",
     "handler_retry_policy",
     "next_pause_s",
     "record_for",
@@ -50,12 +58,14 @@ Sleep = Callable[[float], Awaitable[None]]
 
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 5.0
-"""The first and largest backoff ceilings between `Retryable` attempts: the built-in HTTP
-client's defaults (`CounterpartySettings`), so both pods retry alike."""
+"""The first and largest backoff ceilings between `Retryable` attempts."""
+
+_CONNECTION_ERRORS = (OSError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+"""Errors that mean the counterparty was not reached or the answer was lost on the way."""
 
 
 def handler_retry_policy(deadline_s: float) -> RetryPolicy:
-    """The retry policy of a pod running a handler under `--deadline`."""
+    """The retry policy of a pod under `--deadline`."""
     return RetryPolicy(initial_s=BACKOFF_INITIAL_S, max_s=BACKOFF_MAX_S, deadline_s=deadline_s)
 
 
@@ -106,8 +116,41 @@ def next_pause_s(
     return min(max(0.0, pause), remaining_s)
 
 
+def attempt_health(error: BaseException | None) -> CallResult:
+    """What one attempt that ended with `error` (None: it returned) says about the counterparty,
+    for the circuit breaker and the adaptive window.
+
+    A connection error, retried or not, is REFUSED; a retried 5xx is a SERVER_ERROR; a retried
+    408/429 or any other `Retryable` is a FAST_FAILURE; a timeout is a TIMEOUT; an answer, a
+    permanent status or any other verdict on the record included, shows the counterparty up.
+    """
+    if error is None:
+        return CallResult.SUCCESS
+    if isinstance(error, TimeoutError):
+        return CallResult.TIMEOUT
+    if isinstance(error, Retryable):
+        if error.status is not None:
+            return (CallResult.SERVER_ERROR if 500 <= error.status <= 599
+                    else CallResult.FAST_FAILURE)
+        return CallResult.REFUSED if _caused_by_connection(error) else CallResult.FAST_FAILURE
+    if isinstance(error, asyncio.CancelledError):
+        return CallResult.FAST_FAILURE  # the handler's own, not the pod's
+    return CallResult.REFUSED if isinstance(error, _CONNECTION_ERRORS) else CallResult.SUCCESS
+
+
+def _caused_by_connection(error: BaseException) -> bool:
+    cause = error.__cause__ or error.__context__
+    seen = 0
+    while cause is not None and seen < 16:  # a bounded walk: chains may loop
+        if isinstance(cause, _CONNECTION_ERRORS):
+            return True
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return False
+
+
 class HandlerCounterparty:
-    """A `Counterparty` that calls a user's handler; never raises except on cancellation."""
+    """A `Counterparty` that calls a handler; never raises except on cancellation."""
 
     def __init__(
         self,
@@ -135,7 +178,7 @@ class HandlerCounterparty:
         """The outcome of handling `record` (retries and the deadline included)."""
         # Kept outside the deadline's scope so the outcome can still report them when it strikes.
         attempts = 0
-        last_retryable: Attempt | None = None
+        last_retryable: Retryable | None = None
         running = False
         started = attempt_started = self._clock()
         deadline = asyncio.timeout(self._policy.deadline_s)
@@ -146,33 +189,25 @@ class HandlerCounterparty:
                     running = True
                     try:
                         returned: HandlerResult = await self._handler.handle(record)
-                        running = False
-                        self._observe(CallResult.SUCCESS, attempt_started)
-                        result = result_bytes(returned)
                     except Retryable as exc:
                         running = False
-                        self._observe(CallResult.FAST_FAILURE, attempt_started)
-                        last_retryable = _retryable_attempt(exc)
-                        await self._sleep(
-                            next_pause_s(
-                                self._policy,
-                                attempts,
-                                delay_s=exc.delay_s,
-                                elapsed_s=self._clock() - started,
-                            )
-                        )
+                        self._observe(attempt_health(exc), attempt_started)
+                        last_retryable = exc
+                        await self._sleep(next_pause_s(self._policy, attempts,
+                                                       delay_s=exc.delay_s,
+                                                       elapsed_s=self._clock() - started))
                         attempt_started = self._clock()
                         continue
-                    return CallOutcome(
-                        ok=True, status=None, attempts=attempts,
-                        elapsed_s=self._clock() - started, failure=None, result=result,
-                    )
+                    running = False
+                    self._observe(CallResult.SUCCESS, attempt_started)
+                    return self._succeeded(returned, attempts, started)
         except TimeoutError as exc:
             if deadline.expired():
                 if running:
                     self._observe(CallResult.TIMEOUT, attempt_started)
                 return deadline_outcome(
                     last_retryable,
+                    status=None if last_retryable is None else last_retryable.status,
                     attempts=attempts,
                     elapsed_s=self._clock() - started,
                     deadline_s=self._policy.deadline_s,
@@ -187,12 +222,21 @@ class HandlerCounterparty:
             # The handler's own CancelledError (a client it cancelled, a task it awaited) is
             # its failure: the record goes to the DLQ now, not as expired an hour later.
             if running:
-                self._observe(CallResult.FAST_FAILURE, attempt_started)
+                self._observe(attempt_health(exc), attempt_started)
             return self._failed(exc, attempts, started)
         except Exception as exc:  # noqa: BLE001 - whatever the handler raises goes to the DLQ
             if running:
-                self._observe(_health_of_error(exc), attempt_started)
+                self._observe(attempt_health(exc), attempt_started)
             return self._failed(exc, attempts, started)
+
+    def _succeeded(self, returned: HandlerResult, attempts: int, started: float) -> CallOutcome:
+        if isinstance(returned, CallSummary):
+            return CallOutcome(ok=True, status=returned.status, attempts=attempts,
+                               elapsed_s=self._clock() - started, failure=None,
+                               result=ResultValue.CALL_SUMMARY)
+        return CallOutcome(ok=True, status=None, attempts=attempts,
+                           elapsed_s=self._clock() - started, failure=None,
+                           result=result_bytes(returned))
 
     def _failed(self, exc: BaseException, attempts: int, started: float) -> CallOutcome:
         failure = Failure(
@@ -200,9 +244,10 @@ class HandlerCounterparty:
             message=str(exc),
             stacktrace="".join(traceback.format_exception(exc)),
         )
+        status = getattr(exc, "status", None)
         return CallOutcome(
-            ok=False, status=None, attempts=attempts, elapsed_s=self._clock() - started,
-            failure=failure, result=None,
+            ok=False, status=status if type(status) is int else None, attempts=attempts,
+            elapsed_s=self._clock() - started, failure=failure, result=None,
         )
 
 
@@ -211,18 +256,3 @@ def _being_cancelled() -> bool:
     CancelledError that merely came up from the code it awaited."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _health_of_error(exc: Exception) -> CallResult:
-    """An OSError (a refused or reset connection) says the counterparty is unreachable; any
-    other exception is a verdict on the record, given by a counterparty that is up."""
-    return CallResult.REFUSED if isinstance(exc, OSError) else CallResult.SUCCESS
-
-
-def _retryable_attempt(exc: Retryable) -> Attempt:
-    return attempt_from_error(
-        type(exc).__name__,
-        str(exc),
-        retriable=True,
-        stacktrace="".join(traceback.format_exception(exc)),
-    )
