@@ -310,7 +310,7 @@ def handler_cpu_command(
         help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
              "stack.")] = None,
 ) -> None:
-    """Measure CPU per record: built-in HTTP client vs the HTTP handler behind the seam.
+    """Measure CPU per record: --counterparty-url vs the same HTTP handler spelled out.
 
     The same pod drains a backlog both ways, side by side in one run, variants alternating."""
     from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415

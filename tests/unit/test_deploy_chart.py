@@ -333,6 +333,19 @@ def test_the_http_handlers_credentials_come_from_a_secret() -> None:
     assert secrets[token["name"]]["stringData"][token["key"]] == "token-from-values"
 
 
+def test_the_http_values_configure_the_counterparty_url_preset_too() -> None:
+    """`--counterparty-url` is a preset of the built-in HTTP handler: its headers come from
+    `dispatcher.http` like the handler's (the chart refused them without `dispatcher.handler`)."""
+    env = literal_env(dispatcher_container(
+        default_values(), "dispatcher.counterpartyUrl=https://api.example.com/pay",
+        "dispatcher.http.content_type=application/x-ndjson"))
+    settings = settings_from(env)
+    with environment(env):
+        preset = settings.counterparty()
+    assert (preset.url, preset.content_type) == ("https://api.example.com/pay",
+                                                 "application/x-ndjson")
+
+
 def test_handler_modules_are_mounted_on_the_python_path() -> None:
     container = dispatcher_container(full_values())
     (config_map,) = objects("ConfigMap", full_values())
