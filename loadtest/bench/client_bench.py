@@ -189,7 +189,7 @@ CANDIDATES: dict[str, ClientFactory] = {
     "httpx default transport": httpx_default,
     "httpx + httpx-aiohttp": httpx_over_aiohttp,
     "plain aiohttp": plain_aiohttp,
-    "--counterparty-url preset": counterparty_url,
+    "counterparty-url preset": counterparty_url,
     "HTTP handler (aiohttp)": http_handler_aiohttp,
     "HTTP handler (httpx)": http_handler_httpx,
 }
