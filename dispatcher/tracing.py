@@ -13,9 +13,10 @@ whose parent is the W3C `traceparent` in the record's headers: prepared, called 
 `call`, around the counterparty call with its retries), outcome and tombstoned are its events;
 the wait id, the record's coordinates, the attempts (on the call span), the status and the
 outcome its attributes. The call span is the current context while the handler runs: the
-built-in HTTP client and handler send its `traceparent`, and `Record.trace_headers()` gives a
-user's handler the same headers for its own clients. A record the sampler leaves out gets
-neither attributes nor a call span; its own context, sampling flag off, goes on instead.
+built-in HTTP handler (`--counterparty-url` included) sends its `traceparent`, and
+`Record.trace_headers()` gives a user's handler the same headers for its own clients. A record
+the sampler leaves out gets neither attributes nor a call span; its own context, sampling flag
+off, goes on instead.
 Result and DLQ records carry the record span's trace headers; a DLQ replay starts a span of its
 own (kind PRODUCER) linked to the original trace, and the replayed record carries that span's
 headers.

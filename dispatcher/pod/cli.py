@@ -56,8 +56,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                         "the working directory or PYTHONPATH): an async "
                                         "function handle(record) or a factory; replaces "
                                         "--counterparty-url.", "HANDLER", _WINDOW)] = None,
-    counterparty_url: Annotated[str | None, _opt("URL each record value is POSTed to (the "
-                                                 "built-in HTTP client, without --handler).",
+    counterparty_url: Annotated[str | None, _opt("URL each record value is POSTed to (a "
+                                                 "preset of the built-in HTTP handler, "
+                                                 "without --handler).",
                                                  "COUNTERPARTY_URL", _WINDOW)] = None,
     mode: Annotated[Mode, _opt("at-least-once (wait topic) or batch (the classic loop).",
                                "MODE", _WINDOW)] = Mode.AT_LEAST_ONCE,

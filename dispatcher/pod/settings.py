@@ -165,10 +165,10 @@ class DispatchSettings(KafkaClientSettings):
             raise ValueError("--input-topic names no topic")
         if (self.handler is None) == (self.counterparty_url is None):
             raise ValueError(
-                "give --counterparty-url (the built-in HTTP client POSTs each value there) or "
+                "give --counterparty-url (the built-in HTTP handler POSTs each value there) or "
                 "--handler package.module:attribute (your own async function), not both"
                 if self.handler else
-                "give --counterparty-url (the built-in HTTP client) or --handler "
+                "give --counterparty-url (the built-in HTTP handler) or --handler "
                 "package.module:attribute (your own async function)"
             )
         rebalance = self.rebalance_timeout_s

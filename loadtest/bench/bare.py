@@ -36,7 +36,7 @@ from dispatcher.pod.settle import source_record
 from dispatcher.wire import tombstone_of, wait_record
 
 POLL_TIMEOUT_MS = 100
-CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in client connects by default
+CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in HTTP handler connects by default
 WAIT_EXPIRATION = timedelta(minutes=5)  # only written, never read: the floor has no registry
 
 

@@ -1,7 +1,7 @@
 """One trace per record on the real stack: a pod against real Kafka and a loopback counterparty,
 its spans in the SDK's in-memory exporter. Each record's span is a child of the traceparent the
-producer wrote; the counterparty receives the call span's traceparent (the built-in client and a
-user's handler through `Record.trace_headers()`); the result and DLQ records carry the record
+producer wrote; the counterparty receives the call span's traceparent (the built-in HTTP handler
+and a user's handler through `Record.trace_headers()`); the result and DLQ records carry the record
 span's; a DLQ replay is a span of its own, linked to the failed record's, whose headers the
 replayed record carries. Then once over OTLP/HTTP: a `waitline dispatch` process exports to a
 receiver this test starts on loopback."""
