@@ -2,8 +2,8 @@
 settled (its result written) and tombstoned; a permanent failure goes to the DLQ as an exact,
 replayable copy; a call past its deadline goes to the DLQ as TimeoutError; an exception
 escaping the counterparty client sends its record to the DLQ and the pod goes on; batch mode
-calls every record and commits without a wait topic. The HTTP client's own mapping of statuses
-to outcomes is tested in tests/integration/test_handler_http.py, the wire bytes of odd records
+calls every record and commits without a wait topic. The built-in HTTP handler's mapping of statuses
+to outcomes is tested in tests/unit/test_handler_http_loopback.py, the wire bytes of odd records
 through a real broker in tests/integration/test_bad_input_wire.py.
 """
 

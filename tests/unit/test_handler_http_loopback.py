@@ -1,5 +1,7 @@
 """The built-in HTTP handlers (aiohttp default, httpx variant) against real loopback servers:
-an aiohttp.web recorder, the load test's mock counterparty, and a TLS server with a client CA."""
+an aiohttp.web recorder, the load test's mock counterparty, and a TLS server with a client CA.
+Loopback only (no Kafka): the fast tier. The pod running it on Kafka is in
+tests/integration/test_handler_http_pod.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 from aiohttp import web
-from dispatch_helpers import Answer, RecordingCounterparty, create_topic, run_pod_until
 
 from dispatcher.call.attempts import HandlerCounterparty
 from dispatcher.call.contract import CallOutcome
@@ -26,12 +27,10 @@ from dispatcher.handlers import Handler, Record
 from dispatcher.handlers.http import AiohttpHandler, handler
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.httpx_handler import HttpxHandler
-from dispatcher.pod.settings import load_settings
 from loadtest.mock.counterparty import MockCounterparty
-from loadtest.mock.generator import produce
 from loadtest.mock.latency import FixedLatency, LatencyModel
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit  # loopback HTTP only: no Kafka, no PostgreSQL
 
 TOKEN = "tok-abc-123"
 POLICY = RetryPolicy(initial_s=0.01, max_s=0.05, deadline_s=10.0)
@@ -235,27 +234,3 @@ async def test_an_answer_larger_than_max_response_bytes_is_not_a_result(client: 
     assert outcome.failure is not None
     assert outcome.failure.exception == "ResponseTooLargeError"
     assert "exceeds max_response_bytes (4096)" in outcome.failure.message
-
-
-async def test_the_built_in_handler_keeps_the_whole_window_in_flight(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The built-in HTTP handler's pool capped calls at 100 connections whatever the window, so
-    at --concurrency 300 two thirds of the window queued for a connection (fewer calls per
-    second, more CPU per record). Its pool now holds as many connections as the window."""
-    topic, group, window = unique_name("orders"), unique_name("billing"), 300
-    await create_topic(kafka_bootstrap, topic, partitions=3)
-    await produce(kafka_bootstrap, topic, 2 * window, progress=False)
-    async with RecordingCounterparty(lambda _body: Answer(delay_s=1.0)) as counterparty:
-        monkeypatch.setenv("WAITLINE_HTTP_URL", counterparty.url)
-
-        async def all_called() -> bool:
-            return len(counterparty.calls) >= 2 * window
-
-        await run_pod_until(load_settings(
-            input_topic=topic, group=group, bootstrap_servers=kafka_bootstrap,
-            handler="dispatcher.handlers.http:handler", concurrency=window,
-            commit_interval="200ms"), all_called, timeout_s=60)
-    assert counterparty.peak_rate_per_s() >= 0.8 * window, (
-        f"at most {counterparty.peak_rate_per_s():.0f} calls began within a second of 1 s "
-        f"calls, window {window}")
