@@ -48,8 +48,8 @@ def source_record(record: FetchedRecord) -> SourceRecord:
 def result_record(source: SourceRecord, wait_id: str,
                   outcome: CallOutcome) -> OutgoingRecord | None:
     """The business result: the source key, source coordinates as headers, and as value the
-    handler's return value, or the built-in client's JSON summary of the call; None when the
-    handler returned None (no result record)."""
+    handler's return value, or the JSON summary of the call (the `--counterparty-url` preset);
+    None when the handler returned None (no result record)."""
     if outcome.result is None:
         return None
     if outcome.result is ResultValue.CALL_SUMMARY:
