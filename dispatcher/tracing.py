@@ -31,10 +31,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Protocol, overload
 
 from dispatcher.errors import ConfigError
-from dispatcher.wire import Headers, SourceRecord, wait_id_for
+from dispatcher.wire import Failure, Headers, SourceRecord, wait_id_for
 
 try:  # the API alone (the SDK is imported when tracing turns on)
     from opentelemetry import context as otel_context
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-    from dispatcher.call.contract import CallOutcome
-
 __all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
            "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
            "replay_headers", "result_headers", "use"]
@@ -66,6 +64,23 @@ _ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDP
 _ENV_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
+class CallEnd(Protocol):
+    """What a trace reads of how a call ended (`dispatcher.call.contract.CallOutcome`), named
+    here so that tracing, which the call seam uses, does not import it."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def failure(self) -> Failure | None: ...
+
+
 class RecordTrace:
     """The engine's hook for one record. This base does nothing: it is the hook with tracing
     off (`NO_TRACE`), so the engine calls the same methods either way."""
@@ -78,7 +93,7 @@ class RecordTrace:
     def calling(self) -> None:
         """It holds a call slot; the counterparty call starts."""
 
-    def called(self, outcome: CallOutcome) -> None:
+    def called(self, outcome: CallEnd) -> None:
         """The call ended (retries included)."""
 
     def tombstoned(self) -> None:
@@ -250,7 +265,7 @@ class _SpanTrace(RecordTrace):
         self._call = tracer.start_span("call", kind=trace.SpanKind.CLIENT)
         self._call_token = otel_context.attach(trace.set_span_in_context(self._call))
 
-    def called(self, outcome: CallOutcome) -> None:
+    def called(self, outcome: CallEnd) -> None:
         self._span.add_event("called")
         call = self._close_call()
         if call is None:
