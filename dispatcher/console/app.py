@@ -5,12 +5,16 @@ Every response carries a strict Content-Security-Policy (scripts and styles from
 itself only, no inline code, no framing) and `nosniff`. Every route but the login page and the
 static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
 `Authorization` header. Every state change is a POST; with a session it needs the session's
-CSRF token, and a redrive needs the operator role.
+CSRF token, and a redrive needs the operator role. The login form has its own pre-session
+CSRF token (a cookie and a form field that must match), and failed logins (the form, or a
+wrong `Authorization` header) are throttled per client address and per user name: a locked-out
+client gets 429 with `Retry-After` before its credential is even looked at.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -26,10 +30,15 @@ from dispatcher.console import store as db
 from dispatcher.console.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
+    LOGIN_COOKIE,
     SESSION_COOKIE,
     Authenticator,
+    LoginThrottle,
     Principal,
     csrf_ok,
+    login_csrf_ok,
+    looks_like_login_token,
+    new_login_token,
 )
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.console.query import DlqQuery
@@ -61,10 +70,15 @@ class Console:
     kafka: KafkaConfig
     store: db.Store
     auth: Authenticator = field(init=False)
+    throttle: LoginThrottle = field(init=False)
     redrives: RedriveManager = field(init=False)
 
     def __post_init__(self) -> None:
-        self.auth = Authenticator(self.settings)
+        settings = self.settings
+        self.auth = Authenticator(settings)
+        self.throttle = LoginThrottle(
+            max_failures=settings.login_max_failures, window_s=settings.login_window_s,
+            lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s)
         self.redrives = RedriveManager(self.kafka, self.store, self.settings.max_rate)
 
 
@@ -132,7 +146,15 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
     principal = None
     header = request.headers.get("Authorization")
     if header is not None:
+        claimed = console.auth.basic_name(header)
+        keys = _throttle_keys(request, claimed)
+        if (wait := console.throttle.retry_after(keys)) is not None:
+            return _too_many(request, wait)
         principal = console.auth.by_header(header)
+        if principal is None:
+            _failed_login(console, request, keys, claimed)
+        else:
+            console.throttle.succeeded(keys)
     elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
         principal = console.auth.by_session(session)
     if principal is None:
@@ -162,13 +184,14 @@ def wants_json(request: web.Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
-def _problem(request: web.Request, status: int, message: str) -> web.Response:
+def _problem(request: web.Request, status: int, message: str,
+             headers: dict[str, str] | None = None) -> web.Response:
     message = mask_secrets(message)
     if wants_json(request):
-        return web.json_response({"error": message}, status=status)
+        return web.json_response({"error": message}, status=status, headers=headers)
     principal = request.get(_PRINCIPAL)
     return web.Response(text=render.error_page(principal, status, message), status=status,
-                        content_type="text/html")
+                        content_type="text/html", headers=headers)
 
 
 def _html(body: str, status: int = 200) -> web.Response:
@@ -202,23 +225,74 @@ def _require_operator(principal: Principal) -> None:
 
 # -- login ------------------------------------------------------------------------------------
 
+def _login_page(request: web.Request, error: str | None, status: int = 200,
+                headers: dict[str, str] | None = None) -> web.Response:
+    """The login form with its pre-session CSRF token, in its cookie and in the form. A token
+    the browser already holds is kept: any other request of the same browser (its favicon, a
+    second tab) that lands on this page must not spoil a form already shown."""
+    token = request.cookies.get(LOGIN_COOKIE, "")
+    if not looks_like_login_token(token):
+        token = new_login_token()
+    response = web.Response(text=render.login_page(error, token), status=status,
+                            content_type="text/html", headers=headers)
+    response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="Strict", path="/login",
+                        secure=request.secure)
+    return response
+
+
 async def login_form(request: web.Request) -> web.Response:
-    return _html(render.login_page(None))
+    return _login_page(request, None)
 
 
 async def login(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     form = await request.post()
+    if not login_csrf_ok(request.cookies.get(LOGIN_COOKIE), str(form.get(CSRF_FIELD, ""))):
+        return _login_page(request, "The login form was stale or did not come from this "
+                                    "console; please log in again.", status=403)
     token, name = str(form.get("token", "")), str(form.get("name", ""))
+    keys = _throttle_keys(request, None if token else name)
+    if (wait := console.throttle.retry_after(keys)) is not None:
+        return _too_many(request, wait)
     principal = (console.auth.by_token(token) if token
                  else console.auth.by_password(name, str(form.get("password", ""))))
     if principal is None:
-        return _html(render.login_page("Those credentials are not known."), status=401)
+        if (lock := _failed_login(console, request, keys, None if token else name)) is not None:
+            return _too_many(request, lock)
+        return _login_page(request, "Those credentials are not known.", status=401)
+    console.throttle.succeeded(keys)
     response = web.HTTPSeeOther("/")
     response.set_cookie(SESSION_COOKIE, console.auth.open_session(principal), httponly=True,
                         samesite="Strict", path="/", secure=request.secure)
+    response.del_cookie(LOGIN_COOKIE, path="/login")
     log.info("console login: %s (%s)", principal.name, principal.role.value)
     raise response
+
+
+def _throttle_keys(request: web.Request, name: str | None) -> list[str]:
+    """What a login attempt counts against: its client address, and the name it claims."""
+    keys = [f"address:{request.remote or 'unknown'}"]
+    if name:
+        keys.append(f"name:{name.casefold()}")
+    return keys
+
+
+def _failed_login(console: Console, request: web.Request, keys: list[str],
+                  name: str | None) -> float | None:
+    """Count a failed login; log it without the secret (and without a name that is not one of
+    ours, which may be a password typed into the wrong field). Returns a lock-out it began."""
+    lock = console.throttle.failed(keys)
+    known = name if name is not None and name in console.settings.credentials else None
+    log.warning("console login refused from %s%s%s", request.remote or "unknown",
+                f" for {known}" if known else "",
+                f"; locked out for {lock:.0f} s" if lock is not None else "")
+    return lock
+
+
+def _too_many(request: web.Request, wait_s: float) -> web.Response:
+    retry = max(1, math.ceil(wait_s))
+    return _problem(request, 429, f"too many failed logins; try again in {retry} s",
+                    headers={"Retry-After": str(retry)})
 
 
 async def logout(request: web.Request) -> web.Response:

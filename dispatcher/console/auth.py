@@ -7,6 +7,12 @@ name, role and its CSRF token, which every state-changing form sends back. Scrip
 a browser for basic auth (no `WWW-Authenticate` challenge), so a browser never attaches those
 credentials by itself, and requests carrying them need no CSRF token. Secrets are compared in
 constant time and never logged or shown.
+
+The login form itself is CSRF-protected too (login CSRF: a forged form would log a browser into
+an attacker's account): `GET /login` sets a random pre-session token in a SameSite=Strict,
+HttpOnly cookie and writes the same token into the form; `POST /login` is only looked at when
+the two match (double submit, compared in constant time). Failed logins are throttled per
+client address and per user name (`LoginThrottle`).
 """
 
 from __future__ import annotations
@@ -14,17 +20,20 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import re
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dispatcher.console.settings import ConsoleSettings, Role
 
 SESSION_COOKIE = "waitline_console"
+LOGIN_COOKIE = "waitline_console_login"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
+_LOGIN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # token_urlsafe(32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +82,15 @@ class Authenticator:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer" and value:
             return self.by_token(value.strip())
-        if scheme.lower() == "basic" and value:
-            try:
-                pair = base64.b64decode(value.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return None
-            name, sep, password = pair.partition(":")
-            return self.by_password(name, password) if sep else None
+        if (pair := _basic_pair(authorization)) is not None:
+            return self.by_password(*pair)
         return None
+
+    @staticmethod
+    def basic_name(authorization: str) -> str | None:
+        """The user name a Basic `Authorization` header claims (for throttling), or None."""
+        pair = _basic_pair(authorization)
+        return pair[0] if pair is not None and pair[0] else None
 
     def open_session(self, principal: Principal) -> str:
         """A new session for `principal`; returns its id (the cookie's value)."""
@@ -109,9 +119,104 @@ class Authenticator:
         return self._clock()
 
 
+def _basic_pair(authorization: str) -> tuple[str, str] | None:
+    """The (name, password) of a Basic `Authorization` header, or None."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        pair = base64.b64decode(value.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    name, sep, password = pair.partition(":")
+    return (name, password) if sep else None
+
+
+def new_login_token() -> str:
+    """A pre-session CSRF token for the login form (its cookie and its hidden field)."""
+    return secrets.token_urlsafe(32)
+
+
+def looks_like_login_token(token: str) -> bool:
+    """Whether `token` has the shape `new_login_token` gives (so a cookie can be kept)."""
+    return _LOGIN_TOKEN.fullmatch(token) is not None
+
+
+def login_csrf_ok(cookie: str | None, sent: str | None) -> bool:
+    """Whether a login POST carries its login cookie's token in the form (double submit)."""
+    if not cookie or not sent:
+        return False
+    return hmac.compare_digest(cookie.encode(), sent.encode())
+
+
 def csrf_ok(principal: Principal, sent: str | None) -> bool:
     """Whether a state-changing request of `principal` carries its session's CSRF token
     (per-request credentials need none)."""
     if principal.csrf is None:
         return True
     return sent is not None and hmac.compare_digest(principal.csrf.encode(), sent.encode())
+
+
+@dataclass(slots=True)
+class _Failures:
+    count: int
+    last: float
+    locked_until: float
+
+
+class LoginThrottle:
+    """Failed logins per key (a client address, a user name): after `max_failures` failures
+    within `window_s` of each other, a key is locked out for `lockout_s`, doubling with each
+    further failure up to `max_lockout_s`. A success clears the keys it names.
+
+    Keys are kept in memory, at most `max_keys` of them (the stalest go first), so a flood of
+    made-up names cannot grow it without bound."""
+
+    def __init__(self, *, max_failures: int, window_s: float, lockout_s: float,
+                 max_lockout_s: float, max_keys: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._max_failures = max_failures
+        self._window_s = window_s
+        self._lockout_s = lockout_s
+        self._max_lockout_s = max_lockout_s
+        self._max_keys = max_keys
+        self._clock = clock
+        self._keys: dict[str, _Failures] = {}
+        self._lock = threading.Lock()
+
+    def retry_after(self, keys: Iterable[str]) -> float | None:
+        """Seconds until any of `keys` may try again, or None when none is locked out."""
+        now = self._clock()
+        with self._lock:
+            waits = [found.locked_until - now for key in keys
+                     if (found := self._keys.get(key)) is not None and found.locked_until > now]
+        return max(waits) if waits else None
+
+    def failed(self, keys: Iterable[str]) -> float | None:
+        """Count a failure against each key; returns the longest lock-out it started, if any."""
+        now = self._clock()
+        longest: float | None = None
+        with self._lock:
+            for key in keys:
+                found = self._keys.pop(key, None)  # re-inserted last: the dict stays by age
+                if found is None or now - max(found.last, found.locked_until) > self._window_s:
+                    found = _Failures(0, now, 0.0)
+                found.count += 1
+                found.last = now
+                over = found.count - self._max_failures
+                if over >= 0:
+                    lock = min(self._lockout_s * 2.0 ** over, self._max_lockout_s)
+                    found.locked_until = now + lock
+                    longest = lock if longest is None else max(longest, lock)
+                self._keys[key] = found
+            while len(self._keys) > self._max_keys:
+                del self._keys[next(iter(self._keys))]
+        return longest
+
+    def succeeded(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._keys.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._keys)

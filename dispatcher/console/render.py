@@ -88,9 +88,11 @@ def table(headings: Sequence[str], rows: Iterable[Sequence[str]], *, css: str = 
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def login_page(error: str | None) -> str:
+def login_page(error: str | None, csrf: str) -> str:
+    """The login form; `csrf` is its pre-session token (also in the login cookie)."""
     problem = f'<p class="error">{text(error)}</p>' if error else ""
-    inner = ("<label>Token <input type=password name=token autocomplete=off></label>"
+    inner = (f'<input type=hidden name="{CSRF_FIELD}" value="{text(csrf)}">'
+             "<label>Token <input type=password name=token autocomplete=off></label>"
              "<p>or</p><label>Name <input name=name autocomplete=username></label>"
              "<label>Password <input type=password name=password "
              "autocomplete=current-password></label>"

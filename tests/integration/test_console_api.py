@@ -122,8 +122,12 @@ async def test_a_viewer_cannot_redrive_and_a_session_needs_its_csrf_token(
             f"{base}/redrives/plan", json={"exception": "TimeoutError"}) as response:
         assert response.status == 403
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
-        async with browser.post(f"{base}/login", data={"name": "alice",
-                                                        "password": OPERATOR_PASSWORD}) as r:
+        async with browser.get(f"{base}/login") as r:
+            login_token = re.search(r'name="csrf" value="([^"]+)"', await r.text())
+        assert login_token is not None
+        async with browser.post(f"{base}/login", data={
+                "name": "alice", "password": OPERATOR_PASSWORD,
+                "csrf": login_token.group(1)}) as r:
             assert r.status == 200 and "Overview" in await r.text()
         async with browser.post(f"{base}/redrives/plan", data={"exception": "TimeoutError"}
                                 ) as response:
