@@ -18,7 +18,7 @@ from rich.console import Console
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
-from loadtest.bench.console_bench import console_bench
+from loadtest.bench.console_bench import FULL_RECORDS, console_bench
 from loadtest.bench.scenarios import SCENARIOS
 from loadtest.cli_chaos import chaos
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
@@ -294,7 +294,7 @@ app.command(epilog="Example: waitline loadtest chaos --scale short --scenario ki
 
 
 app.command(epilog="Example: waitline loadtest mirror --events 50000 --rate 1000")(mirror)
-app.command("console-bench", epilog="Example: waitline loadtest console-bench --rows 100000")(
+app.command("console-bench", epilog="Example: waitline loadtest console-bench --records 100000")(
     console_bench)
 app.command("mirror-floor", epilog="Example: waitline loadtest mirror-floor --events 50000")(
     mirror_floor)
@@ -342,7 +342,8 @@ def bench(
         help="Then measure the handler seam's CPU per record (`waitline loadtest "
              "handler-cpu`).")] = True,
     console: Annotated[bool, typer.Option(
-        help="Then benchmark the console (`waitline loadtest console-bench`, defaults).")
+        help="Then benchmark the console (`waitline loadtest console-bench --records "
+             f"{FULL_RECORDS}`).")
     ] = True,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
@@ -365,5 +366,6 @@ def bench(
                    if mirror else [])
     write_benchmarks(results, names, out, mirror_rows=mirror_rows, handler_cpu=cpu)
     if console:
-        console_bench(out=out, bootstrap_servers=bootstrap_servers, dsn=dsn)
+        console_bench(out=out, records=FULL_RECORDS, bootstrap_servers=bootstrap_servers,
+                      dsn=dsn)
     typer.echo(f"wrote {out}")

@@ -1,11 +1,17 @@
 """The console's benchmark (`waitline loadtest console-bench`, part of `make bench`).
 
-1. The DLQ browser over an index of INDEX_ROWS records: `dlq_record` is filled by SQL
-   (`generate_series`; five error classes, 12 original partitions, a week of timestamps, 1% of
-   them replayed), then the console's JSON API answers filtered lists (each filter kind, and
-   keyset pages deep into the list) and the overview; the figure is the server's own time per
-   request (its `Server-Timing` header), p50/p95/max.
-2. A bulk redrive of REDRIVE_RECORDS DLQ records (real Kafka) through the console's API at a
+1. The DLQ index, mirrored the way production fills it: `--records` DLQ records (FULL_RECORDS
+   in `make bench`; five error classes, 12 original partitions, a week of timestamps) are
+   produced to a DLQ topic of 8 partitions, then the reconciliation job mirrors them into
+   `dlq_record` in one run of `waitline reconcile --group … --once` in a process of its own
+   (its wall time, the JVM's start included, and the index batches' own time, from the job's
+   log); the index must then hold every record, else the figures mean nothing. 1% of them are
+   then marked replayed in the redrive ledger (by SQL: that is the ledger a redrive writes,
+   not the index).
+2. The DLQ browser over that index: the console's JSON API answers filtered lists (each filter
+   kind, and keyset pages deep into the list) and the overview; the figure is the server's own
+   time per request (its `Server-Timing` header), p50/p95/max.
+3. A bulk redrive of REDRIVE_RECORDS DLQ records (real Kafka) through the console's API at a
    rate cap: the sustained rate is measured from the live progress between 10% and 90% of the
    records, and the target topic is then read back from Kafka: every original exactly once.
 
@@ -16,13 +22,20 @@ within 5% of its cap, nothing lost or doubled. Figures are reported as measured,
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import re
 import secrets
 import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +47,7 @@ import typer
 from aiohttp import web
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 from pydantic import SecretStr
 
 from dispatcher.console.app import Console, build_app
@@ -41,9 +55,13 @@ from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
 from dispatcher.kafka.config import KafkaClientSettings
-from dispatcher.wire import Failure, SourceRecord, dlq_record
+from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, dlq_record
+from loadtest.harness.processes import HarnessError
 
-INDEX_ROWS = 1_000_000
+FULL_RECORDS = 1_000_000  # make bench
+DEFAULT_RECORDS = 100_000  # `waitline loadtest console-bench` alone: a few minutes
+DLQ_PARTITIONS = 8
+SPREAD_MS = 7 * 86_400 * 1000  # the records' timestamps span a week back from now
 REDRIVE_RECORDS = 100_000
 REDRIVE_RATE = 2_000.0
 REPEATS = 20
@@ -52,17 +70,10 @@ SECTION_END = "<!-- console-bench:end -->"
 _CLASSES = ("TimeoutError", "HTTPStatusError", "ConnectionError", "ExpiredRecordException",
             "RecordTooLargeError")
 
-_FILL = """
-INSERT INTO dlq_record (dlq_topic, dlq_partition, dlq_offset, dlq_timestamp, exception,
-    message, original_topic, original_partition, original_offset, original_key, wait_id,
-    key_preview, value_preview, key_bytes, value_bytes, headers_bytes)
-SELECT %(topic)s, g %% 8, g / 8, %(now)s - g * interval '600 milliseconds',
-       (%(classes)s::text[])[1 + g %% 5],
-       'HTTP ' || (400 + g %% 100) || ': failure number ' || g || ':', 'orders', g %% 12, g,
-       convert_to('order-' || g, 'UTF8'), md5(g::text)::uuid, 'order-' || g,
-       '{"order": ' || g || ', "amount": ' || (g %% 1000) || '}', 8, 30, 300
-FROM generate_series(0, %(rows)s - 1) AS g
-"""
+
+
+class ConsoleBenchError(HarnessError):
+    """The console benchmark could not measure: the index is incomplete, or the job failed."""
 
 
 @dataclass
@@ -114,28 +125,139 @@ async def _timed(http: aiohttp.ClientSession, url: str, params: dict[str, str] |
     return float(timing.split("dur=")[1]), body
 
 
-def fill_index(dsn: str, dlq_topic: str, rows: int) -> float:
-    """Fill `dlq_record` for `dlq_topic` with `rows` rows; returns the seconds it took."""
+@dataclass(frozen=True)
+class IndexFigures:
+    """How the DLQ topic was filled and how the reconciliation job mirrored it."""
+
+    records: int
+    produce_s: float
+    command: str
+    wall_s: float  # the whole `waitline reconcile --once` process, the JVM's start included
+    batches: int
+    batches_s: float  # the DLQ index batches' own time, from the job's log
+    indexed: int
+
+    @property
+    def wall_rate(self) -> float:
+        return self.records / self.wall_s
+
+    @property
+    def batches_rate(self) -> float:
+        return self.records / self.batches_s if self.batches_s else 0.0
+
+
+def bench_dlq_record(ordinal: int, group: str, now_ms: int, records: int) -> OutgoingRecord:
+    """The `ordinal`-th DLQ record of the bench (what the filters of `measure_browser` find)."""
+    source = SourceRecord("orders", ordinal % 12, ordinal, f"order-{ordinal}".encode(),
+                          f'{{"order": {ordinal}, "amount": {ordinal % 1000}}}'.encode(), (),
+                          now_ms - ordinal * SPREAD_MS // records)
+    failure = Failure(_CLASSES[ordinal % 5],
+                      f"HTTP {400 + ordinal % 100}: failure number {ordinal}:")
+    return dlq_record(source, group, failure, wait_id=uuid.UUID(_md5_hex(str(ordinal))))
+
+
+async def produce_dlq(bootstrap: str, dlq_topic: str, records: int) -> float:
+    """Create `dlq_topic` (and its group's empty wait topic, which the job checks) and write
+    `records` bench DLQ records to it; returns the seconds the writes took."""
+    group = dlq_topic.removesuffix(".dlq")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([
+            NewTopic(dlq_topic, DLQ_PARTITIONS, 1, topic_configs={"retention.ms": "-1"}),
+            NewTopic(f"{group}.wait", 1, 1, topic_configs={"cleanup.policy": "compact"})])
+    finally:
+        await admin.close()
     started = time.monotonic()
+    now_ms = int(time.time() * 1000)
+    await produce_all(bootstrap, dlq_topic, (
+        (bench_dlq_record(ordinal, group, now_ms, records), ordinal % DLQ_PARTITIONS,
+         now_ms - ordinal * SPREAD_MS // records) for ordinal in range(records)))
+    return time.monotonic() - started
+
+
+async def produce_all(bootstrap: str, topic: str,
+                      records: Iterable[tuple[OutgoingRecord, int | None, int | None]]) -> None:
+    """Write each (record, partition, timestamp ms) to `topic` (None: the producer's choice),
+    awaiting the acknowledgements 10,000 records at a time."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
+                                max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        sends = []
+        for record, partition, timestamp_ms in records:
+            sends.append(await producer.send(topic, record.value, key=record.key,
+                                             headers=list(record.headers), partition=partition,
+                                             timestamp_ms=timestamp_ms))
+            if len(sends) >= 10_000:
+                await asyncio.gather(*sends)
+                sends.clear()
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+
+
+_BATCH_LOG = re.compile(r"DLQ index batch applied.*?\belapsed_s=([0-9.]+).*?\brecords=(\d+)")
+
+
+def batch_times(log: str) -> list[tuple[float, int]]:
+    """(seconds, records) of each DLQ index batch the job's log reports."""
+    return [(float(m.group(1)), int(m.group(2))) for m in _BATCH_LOG.finditer(log)]
+
+
+def mirror_index(bootstrap: str, dsn: str, dlq_topic: str, records: int) -> IndexFigures:
+    """Run the reconciliation job once (`waitline reconcile --once`, a process of its own) to
+    mirror `dlq_topic` into `dlq_record`; ConsoleBenchError unless every record is indexed."""
+    group = dlq_topic.removesuffix(".dlq")
+    with tempfile.TemporaryDirectory(prefix="waitline-console-bench-") as work:
+        args = ["reconcile", "--group", group, "--once", "--bootstrap-servers", bootstrap,
+                "--dsn", dsn, "--checkpoint", str(Path(work) / "checkpoint")]
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "dispatcher", *args], check=False,
+                              capture_output=True, text=True)
+        wall_s = time.monotonic() - started
+    log = done.stdout + done.stderr
+    if done.returncode != 0:
+        tail = "\n".join(log.strip().splitlines()[-5:])
+        raise ConsoleBenchError(f"waitline reconcile exited {done.returncode}: {tail}")
+    batches = batch_times(log)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM dlq_record WHERE dlq_topic = %s", (dlq_topic,))
-        conn.execute(_FILL.encode(), {"topic": dlq_topic, "now": datetime.now(UTC),
-                                      "classes": list(_CLASSES), "rows": rows})
-        conn.execute("DELETE FROM dlq_hourly WHERE dlq_topic = %s", (dlq_topic,))
-        conn.execute("INSERT INTO dlq_hourly SELECT dlq_topic, date_trunc('hour', dlq_timestamp),"
-                     " coalesce(exception, '(malformed)'), count(*) FROM dlq_record"
-                     " WHERE dlq_topic = %s GROUP BY 1, 2, 3", (dlq_topic,))
+        row = conn.execute("SELECT count(*) FROM dlq_record WHERE dlq_topic = %s",
+                           (dlq_topic,)).fetchone()
+    indexed = int(row[0]) if row is not None else 0
+    if indexed != records or sum(n for _s, n in batches) != records:
+        raise ConsoleBenchError(f"the job indexed {indexed:,} of {records:,} DLQ records "
+                                f"({sum(n for _s, n in batches):,} by its log)")
+    command = f"waitline reconcile --group {group} --once"
+    return IndexFigures(records, 0.0, command, wall_s, len(batches),
+                        sum(s for s, _n in batches), indexed)
+
+
+def mark_replayed(dsn: str, dlq_topic: str, records: int) -> None:
+    """Mark 1% of the indexed records replayed in the redrive ledger (as a redrive would),
+    then ANALYZE, as autovacuum would after a fill of this size."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
         replay_id = uuid.uuid4()
         conn.execute("INSERT INTO dlq_redrive (replay_id, dlq_topic, actor, role, filter,"
                      " planned, sent, state) VALUES (%s, %s, 'bench', 'operator', '{}', %s, %s,"
-                     " 'done')", (replay_id, dlq_topic, rows // 100, rows // 100))
+                     " 'done')", (replay_id, dlq_topic, records // 100, records // 100))
         conn.execute("INSERT INTO dlq_replay SELECT dlq_topic, dlq_partition, dlq_offset,"
                      " 'orders', 0, dlq_offset, now(), %s FROM dlq_record WHERE dlq_topic = %s"
                      " AND dlq_offset %% 100 = 0 AND dlq_partition = 0",
                      (replay_id, dlq_topic))
         conn.execute("ANALYZE dlq_record")
         conn.execute("ANALYZE dlq_replay")
-    return time.monotonic() - started
+
+
+async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
+    """Remove the bench's topics (a failure here must not hide the one that ended the bench)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    with contextlib.suppress(KafkaError):
+        await admin.start()
+        try:
+            await admin.delete_topics(list(topics))
+        finally:
+            await admin.close()
 
 
 def drop_index(dsn: str, dlq_topic: str) -> None:
@@ -187,8 +309,6 @@ async def measure_browser(base: str, token: str, rows: int) -> Timings:
 
 
 def _md5_hex(text: str) -> str:
-    import hashlib  # noqa: PLC0415
-
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -213,24 +333,11 @@ async def _fill_dlq(bootstrap: str, group: str, orders: str, count: int) -> None
         await admin.create_topics([NewTopic(orders, 4, 1), NewTopic(f"{group}.dlq", 4, 1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
-                                max_batch_size=512 * 1024)
-    await producer.start()
     failure = Failure("TimeoutError", "no answer within 60 s")
-    try:
-        sends = []
-        for i in range(count):
-            source = SourceRecord(orders, i % 4, i, f"order-{i}".encode(),
-                                  f'{{"order": {i}}}'.encode(), (), 1_700_000_000_000 + i)
-            record = dlq_record(source, group, failure)
-            sends.append(await producer.send(f"{group}.dlq", record.value, key=record.key,
-                                             headers=list(record.headers)))
-            if len(sends) >= 10_000:
-                await asyncio.gather(*sends)
-                sends.clear()
-        await asyncio.gather(*sends)
-    finally:
-        await producer.stop()
+    await produce_all(bootstrap, f"{group}.dlq", (
+        (dlq_record(SourceRecord(orders, i % 4, i, f"order-{i}".encode(),
+                                 f'{{"order": {i}}}'.encode(), (), 1_700_000_000_000 + i),
+                    group, failure), None, None) for i in range(count)))
 
 
 async def count_topic(bootstrap: str, topic: str) -> Counter[bytes | None]:
@@ -302,15 +409,24 @@ def sustained(progress: Sequence[tuple[float, int]], records: int) -> float:
 
 # -- the report --------------------------------------------------------------------------------
 
-def section(rows: int, fill_s: float, timings: Timings, redrive: RedriveFigures | None,
+def section(index: IndexFigures, timings: Timings, redrive: RedriveFigures | None,
             command: str) -> str:
     measured = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     lines = [SECTION_START, f"### Console (issue 34) — measured {measured} UTC",
-             "", f"`{command}`, part of `make bench`. The DLQ index holds {rows:,} records "
-             f"(filled by SQL in {fill_s:.0f} s, with its hourly counts: five error classes, a "
-             "week of timestamps, 1% replayed); each request is timed by the console itself "
-             f"(`Server-Timing`), on the shared 2-core machine, {REPEATS} requests per row "
-             "after one warm-up.", "",
+             "", f"`{command}` (`make bench` runs it with `--records {FULL_RECORDS}`), on the "
+             "shared 2-core machine (other people's tests ran at the same time).", "",
+             f"**The index, mirrored by the reconciliation job.** {index.records:,} DLQ records "
+             f"(five error classes, 12 original partitions, a week of timestamps) were produced "
+             f"to a DLQ topic of {DLQ_PARTITIONS} partitions ({index.produce_s:.1f} s), then "
+             f"`{index.command}` mirrored them into `dlq_record` in one process: "
+             f"**{index.wall_s:.1f} s wall, {index.wall_rate:,.0f} records/s** (the JVM's start "
+             f"and the empty wait topic's cycle included); its {index.batches} DLQ index "
+             f"batches took {index.batches_s:.1f} s of that ({index.batches_rate:,.0f} "
+             f"records/s by the job's log). The index then held {index.indexed:,} rows, every "
+             "record once. 1% were then marked replayed in the redrive ledger (by SQL: the "
+             "ledger a redrive writes, not the index).", "",
+             "**The DLQ browser over that index.** Each request is timed by the console itself "
+             f"(`Server-Timing`), {REPEATS} requests per row after one warm-up.", "",
              "| request | p50 ms | p95 ms | max ms |", "|---|---:|---:|---:|"]
     for what, values in timings.samples.items():
         lines.append(f"| {what} | {statistics.median(values):.1f} | {p95(values):.1f} | "
@@ -347,31 +463,40 @@ def record_section(out: Path, text: str) -> None:
     out.write_text(current)
 
 
-async def run(*, bootstrap_servers: str | None, dsn: str | None, rows: int = INDEX_ROWS,
-              redrive_records: int = REDRIVE_RECORDS,
-              redrive_rate: float = REDRIVE_RATE) -> tuple[int, float, Timings,
+async def run(*, bootstrap_servers: str | None, dsn: str | None,
+              records: int = DEFAULT_RECORDS, redrive_records: int = REDRIVE_RECORDS,
+              redrive_rate: float = REDRIVE_RATE) -> tuple[IndexFigures, Timings,
                                                            RedriveFigures | None]:
     bootstrap = resolve_bootstrap_servers(bootstrap_servers)
     pg_dsn = resolve_pg_dsn(dsn)
-    dlq_topic = f"console-bench-index-{secrets.token_hex(4)}.dlq"
-    fill_s = await asyncio.to_thread(fill_index, pg_dsn, dlq_topic, rows)
-    token = secrets.token_urlsafe(24)
-    runner, base = await _console(dlq_topic, bootstrap, pg_dsn, token)
+    group = f"console-bench-index-{secrets.token_hex(4)}"
+    dlq_topic = f"{group}.dlq"
     try:
-        timings = await measure_browser(base, token, rows)
+        produce_s = await produce_dlq(bootstrap, dlq_topic, records)
+        index = await asyncio.to_thread(mirror_index, bootstrap, pg_dsn, dlq_topic, records)
+        index = dataclasses.replace(index, produce_s=produce_s)
+        await asyncio.to_thread(mark_replayed, pg_dsn, dlq_topic, records)
+        token = secrets.token_urlsafe(24)
+        runner, base = await _console(dlq_topic, bootstrap, pg_dsn, token)
+        try:
+            timings = await measure_browser(base, token, records)
+        finally:
+            await runner.cleanup()
     finally:
-        await runner.cleanup()
         await asyncio.to_thread(drop_index, pg_dsn, dlq_topic)
+        await delete_topics(bootstrap, [dlq_topic, f"{group}.wait"])
     redrive = (await measure_redrive(bootstrap, pg_dsn, redrive_records, redrive_rate)
                if redrive_records else None)
-    return rows, fill_s, timings, redrive
+    return index, timings, redrive
 
 
 def console_bench(
     *,
     out: Annotated[Path, typer.Option(help="Markdown report whose console section to "
                                            "(re)write.")] = Path("docs/BENCHMARKS.md"),
-    rows: Annotated[int, typer.Option(help="Records in the DLQ index.", min=1)] = INDEX_ROWS,
+    records: Annotated[int, typer.Option(
+        help=f"DLQ records produced and mirrored into the index (make bench: {FULL_RECORDS:,})."
+        , min=1)] = DEFAULT_RECORDS,
     redrive_records: Annotated[int, typer.Option(
         help="DLQ records of the bulk redrive (0: none).", min=0)] = REDRIVE_RECORDS,
     redrive_rate: Annotated[float, typer.Option(help="The redrive's rate cap, records/s.",
@@ -383,9 +508,9 @@ def console_bench(
 ) -> None:
     """Benchmark the console: filtered lists and the overview over a large DLQ index, and a
     bulk redrive at a rate cap, counted from Kafka; rewrites the console section of OUT."""
-    measured = asyncio.run(run(bootstrap_servers=bootstrap_servers, dsn=dsn, rows=rows,
+    measured = asyncio.run(run(bootstrap_servers=bootstrap_servers, dsn=dsn, records=records,
                                redrive_records=redrive_records, redrive_rate=redrive_rate))
-    command = (f"waitline loadtest console-bench --rows {rows} --redrive-records "
+    command = (f"waitline loadtest console-bench --records {records} --redrive-records "
                f"{redrive_records} --redrive-rate {redrive_rate:g}")
     text = section(*measured, command=command)
     record_section(out, text)
