@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 from dispatcher.console.auth import CSRF_FIELD, Principal
 from dispatcher.console.redrive import PlannedRedrive
+from dispatcher.dlq.audit import CLI_ROLE
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.previews import preview_bytes
 
@@ -239,7 +240,8 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
     replay_html = "<h2>Replays</h2>" + table(
         ["replayed", "to", "by", "replay id"],
         ([when(r["replayed_at"]), text(f'{r["target_topic"]}/{r["target_partition"]}@'
-                                       f'{r["target_offset"]}'), text(r["actor"]),
+                                       f'{r["target_offset"]}'),
+          text(f'{r["actor"]} ({"waitline dlq replay" if r["role"] == CLI_ROLE else "console"})'),
           f'<a href="/redrives/{text(r["replay_id"])}">{text(r["replay_id"])}</a>']
          for r in replays))
     action = ""

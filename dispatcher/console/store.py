@@ -4,7 +4,6 @@ cycle, and the redrive audit. A few connections are kept open and shared by requ
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from dispatcher.console.query import DlqQuery
+from dispatcher.dlq import audit
 from dispatcher.dlq.ledger import LedgerEntry
 from dispatcher.dsn import describe_dsn, first_line
 from dispatcher.errors import RegistryError
@@ -175,7 +175,7 @@ async def replays_of(store: Store, dlq_topic: str, partition: int,
                      offset: int) -> list[dict[str, Any]]:
     return await store.fetch(
         "SELECT p.target_topic, p.target_partition, p.target_offset, p.replayed_at,"
-        " p.replay_id, d.actor FROM dlq_replay p JOIN dlq_redrive d USING (replay_id)"
+        " p.replay_id, d.actor, d.role FROM dlq_replay p JOIN dlq_redrive d USING (replay_id)"
         " WHERE p.dlq_topic = %s AND p.dlq_partition = %s AND p.dlq_offset = %s"
         " ORDER BY p.replayed_at", [dlq_topic, partition, offset])
 
@@ -185,36 +185,23 @@ async def replays_of(store: Store, dlq_topic: str, partition: int,
 async def audit_started(store: Store, *, replay_id: uuid.UUID, dlq_topic: str, actor: str,
                         role: str, filter_json: dict[str, Any], target_topic: str | None,
                         forced: bool, rate_cap: float, planned: int) -> None:
-    await store.fetch(
-        "INSERT INTO dlq_redrive (replay_id, dlq_topic, actor, role, filter, target_topic,"
-        " forced, rate_cap, planned, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,"
-        " 'running') RETURNING replay_id",
-        [replay_id, dlq_topic, actor, role, json.dumps(filter_json), target_topic, forced,
-         rate_cap, planned])
+    async with store.connection() as conn:
+        await audit.record_run(conn, replay_id=replay_id, dlq_topic=dlq_topic, actor=actor,
+                               role=role, filter_json=filter_json, target_topic=target_topic,
+                               forced=forced, rate_cap=rate_cap, planned=planned)
 
 
 async def audit_committed(store: Store, replay_id: uuid.UUID, dlq_topic: str,
                           entries: Sequence[LedgerEntry]) -> None:
     """The replays of one committed transaction, and the redrive's count, in one transaction."""
-    async with store.connection() as conn, conn.transaction():
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO dlq_replay (dlq_topic, dlq_partition, dlq_offset, target_topic,"
-                " target_partition, target_offset, replayed_at, replay_id) VALUES"
-                " (%s, %s, %s, %s, %s, %s, to_timestamp(%s / 1000.0), %s)"
-                " ON CONFLICT DO NOTHING",
-                [(dlq_topic, e.dlq.partition, e.dlq.offset, e.target_topic, e.target_partition,
-                  e.target_offset, e.replayed_at_ms, replay_id) for e in entries])
-        await conn.execute("UPDATE dlq_redrive SET sent = sent + %s WHERE replay_id = %s",
-                           [len(entries), replay_id])
+    async with store.connection() as conn:
+        await audit.record_committed(conn, replay_id, dlq_topic, entries)
 
 
 async def audit_state(store: Store, replay_id: uuid.UUID, state: str, detail: str = "",
                       *, finished: bool = False) -> None:
-    await store.fetch(
-        "UPDATE dlq_redrive SET state = %s, detail = %s,"
-        " finished_at = CASE WHEN %s THEN now() ELSE finished_at END"
-        " WHERE replay_id = %s RETURNING replay_id", [state, detail, finished, replay_id])
+    async with store.connection() as conn:
+        await audit.record_state(conn, replay_id, state, detail, finished=finished)
 
 
 async def redrives(store: Store, dlq_topic: str, limit: int = 100) -> list[dict[str, Any]]:

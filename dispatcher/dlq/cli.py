@@ -6,6 +6,11 @@ WAITLINE_* variables as the pod's (WAITLINE_SECURITY_PROTOCOL, WAITLINE_SASL_MEC
 Tables are for people, `--json` for scripts; scans draw a progress bar on a terminal (stderr).
 Exit codes: 0 done, 1 Kafka failed or the operator declined, 2 bad input (flags, a missing topic,
 a record that is not there). How a record is kept from being replayed twice: `dispatcher.dlq.plan`.
+
+`replay` records each run and every record it replayed in the registry (`dispatcher.dlq.audit`,
+the tables the console's "replayed" filter and record detail read) whenever a registry is
+configured (`--dsn`, WAITLINE_PG_DSN, or the local stack's); `--audit` insists on it,
+`--no-audit` skips it. An unreachable registry stops the replay before anything is sent.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dispatcher.dlq.audit import audited_replay
 from dispatcher.dlq.ledger import ReplayLedger
 from dispatcher.dlq.plan import ReplayPlan, ReplayRequest
 from dispatcher.dlq.records import (
@@ -46,6 +52,7 @@ from dispatcher.dlq.views import (
     rows_table,
 )
 from dispatcher.durations import parse_duration_s
+from dispatcher.endpoints import EndpointNotConfiguredError, resolve_pg_dsn
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
 from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
@@ -322,6 +329,13 @@ def replay_records(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Show what would be replayed; write nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    audit: Annotated[bool | None, typer.Option(
+        "--audit/--no-audit", help="Record the run for the console (its \"replayed\" filter, "
+                                   "record detail and Redrives page) in the registry; default: "
+                                   "when a registry is configured.")] = None,
+    dsn: Annotated[str | None, typer.Option(
+        "--dsn", help="PostgreSQL DSN of the registry (default: WAITLINE_PG_DSN, then the "
+                      "local stack's).")] = None,
     bootstrap_servers: BootstrapOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -330,6 +344,12 @@ def replay_records(
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
                             include_replayed=include_replayed, limit=limit, force=force)
     console = _console()
+    audit_dsn = None if dry_run else _audit_dsn(audit, dsn)
+    described = {"filter": {k: v for k, v in (
+        ("exception", exception), ("original_topic", original_topic),
+        ("wait_id", [str(w) for w in wait_id or ()] or None), ("since", since),
+        ("limit", limit)) if v}, "target_topic": to_topic, "forced": force,
+        "include_replayed": include_replayed}
 
     async def plan_only(session: KafkaSession) -> ReplayPlan:
         with ProgressBar() as progress:
@@ -338,7 +358,15 @@ def replay_records(
     def execute(plan: ReplayPlan) -> Callable[[KafkaSession], Awaitable[ReplayOutcome]]:
         async def run(session: KafkaSession) -> ReplayOutcome:
             with ProgressBar() as progress:
-                return await execute_replay(session, topic, plan, progress)
+                if audit_dsn is None or not plan.items:  # nothing to replay, nothing to record
+                    return await execute_replay(session, topic, plan, progress)
+                replay_id, outcome = await audited_replay(
+                    audit_dsn, dlq_topic=topic, planned=len(plan.items), filter_json=described,
+                    target_topic=to_topic, forced=force,
+                    replay=lambda control: execute_replay(session, topic, plan, progress,
+                                                          control))
+            typer.echo(f"recorded for the console as replay {replay_id}", err=True)
+            return outcome
         return run
 
     async def plan_and_execute(session: KafkaSession) -> tuple[ReplayPlan, ReplayOutcome]:
@@ -358,6 +386,26 @@ def replay_records(
             outcome = _run(execute(plan), bootstrap_servers)
     print_replay_report(console, topic, dlq_filter, plan, outcome, as_json=as_json,
                         dry_run=dry_run, declined=False)
+    if outcome is not None and audit is None and audit_dsn is None:
+        typer.echo("note: this replay is not recorded for the console (no registry configured: "
+                   "--dsn or WAITLINE_PG_DSN); `--no-audit` silences this", err=True)
+
+
+def _audit_dsn(audit: bool | None, dsn: str | None) -> str | None:
+    """The registry a replay is recorded in, or None (`--no-audit`, or none configured and
+    `--audit` not given: a note after the replay says the console will not show it)."""
+    if audit is False:
+        return None
+    try:
+        return resolve_pg_dsn(dsn)
+    except EndpointNotConfiguredError as exc:
+        if audit:
+            typer.echo(f"error: --audit: {exc}", err=True)
+            raise typer.Exit(2) from exc
+    except ConfigError as exc:  # e.g. an unreadable connection file of the local stack
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return None
 
 
 def _confirmed(console: Console, topic: str, dlq_filter: DlqFilter, plan: ReplayPlan, *,

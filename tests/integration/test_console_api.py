@@ -21,12 +21,15 @@ from console_helpers import (
     TIMEOUT,
     VIEWER_TOKEN,
     ConsoleDlq,
+    free_port,
     make_dlq,
     produce,
     serve_console,
 )
 from dlq_helpers import read_all
+from typer.testing import CliRunner, Result
 
+from dispatcher.dlq.cli import app as dlq_app
 from dispatcher.wire import IDEMPOTENCY_KEY, dlq_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -182,7 +185,7 @@ async def test_a_filtered_redrive_writes_each_record_once_and_is_audited(
     assert again["records"] == 0 and again["already_replayed"] == 3
     assert sorted(r["original_offset"] for r in replayed) == [101, 103, 105]
     written = await read_all(dlq.bootstrap, dlq.orders)
-    assert sorted(key for key, _, _ in written) == [b"order-1", b"order-3", b"order-5"]
+    assert sorted(key or b"" for key, _, _ in written) == [b"order-1", b"order-3", b"order-5"]
     assert all(any(name == IDEMPOTENCY_KEY for name, _ in headers) for _, _, headers in written)
 
 
@@ -266,3 +269,56 @@ async def _count(bootstrap: str, topic: str, isolation: str) -> int:
         return found
     finally:
         await consumer.stop()
+
+
+def _cli_replay(*args: str) -> Result:
+    return CliRunner().invoke(dlq_app, ["replay", *args, "--yes"])
+
+
+async def test_a_cli_replay_is_what_the_console_calls_replayed(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=4)
+    await asyncio.to_thread(dlq.index)
+    result = await asyncio.to_thread(
+        _cli_replay, "--dlq-topic", dlq.dlq_topic, "--exception", "TimeoutError",
+        "--bootstrap-servers", kafka_bootstrap, "--dsn", pg_dsn)
+    assert result.exit_code == 0, result.output
+    assert "recorded for the console as replay" in result.output
+    async with serve_console(dlq) as base, aiohttp.ClientSession(headers=VIEWER) as http:
+        async with http.get(f"{base}/dlq", params={"replayed": "yes"}) as response:
+            replayed = (await response.json())["records"]
+        async with http.get(f"{base}/dlq", params={"replayed": "no"}) as response:
+            not_replayed = (await response.json())["records"]
+        async with http.get(f"{base}/dlq/record/0/0") as response:
+            detail = await response.json()
+        async with http.get(f"{base}/redrives") as response:
+            (run,) = (await response.json())["redrives"]
+        async with http.get(f"{base}/dlq/record/0/0", headers={"Accept": "text/html"}
+                            ) as response:
+            page = await response.text()
+    assert sorted(r["original_offset"] for r in replayed) == [100, 102]
+    assert sorted(r["original_offset"] for r in not_replayed) == [101, 103]
+    (replay,) = detail["replays"]
+    assert (replay["role"], replay["target_topic"], str(replay["replay_id"])) == (
+        "cli", dlq.orders, run["replay_id"])
+    assert (run["role"], run["state"], run["planned"], run["sent"]) == ("cli", "done", 2, 2)
+    assert run["filter"]["filter"] == {"exception": ["TimeoutError"]}
+    assert "(waitline dlq replay)" in page
+    written = await read_all(dlq.bootstrap, dlq.orders)
+    assert sorted(key or b"" for key, _, _ in written) == [b"order-0", b"order-2"]
+
+
+async def test_a_cli_replay_that_cannot_record_itself_sends_nothing(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=2)
+    result = await asyncio.to_thread(
+        _cli_replay, "--dlq-topic", dlq.dlq_topic, "--bootstrap-servers", kafka_bootstrap,
+        "--dsn", f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    assert result.exit_code == 1
+    assert "nothing was replayed" in result.output and "--no-audit" in result.output
+    assert await read_all(dlq.bootstrap, dlq.orders) == []
+    result = await asyncio.to_thread(
+        _cli_replay, "--dlq-topic", dlq.dlq_topic, "--bootstrap-servers", kafka_bootstrap,
+        "--no-audit")
+    assert result.exit_code == 0, result.output
+    assert len(await read_all(dlq.bootstrap, dlq.orders)) == 2
