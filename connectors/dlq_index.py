@@ -13,7 +13,7 @@ executors (spark_jobs/dlq_index.py); the console's benchmark fills the index wit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 
@@ -127,6 +127,33 @@ def index_row(dlq_topic: str, partition: int, offset: int, timestamp_ms: int, *,
         None if original_key is None else len(original_key),
         None if source.value is None else len(source.value), headers_bytes, None,
     )  # fmt: skip
+
+
+# Records Kafka no longer has (retention, or delete_records, moved the log start past them):
+# their rows leave, and their hours' counts with them.
+_PRUNE = (
+    "WITH starts AS (SELECT * FROM unnest(%s::integer[], %s::bigint[]) AS s (dlq_partition,"
+    " log_start)), gone AS (DELETE FROM dlq_record r USING starts s WHERE r.dlq_topic = %s"
+    " AND r.dlq_partition = s.dlq_partition AND r.dlq_offset < s.log_start"
+    " RETURNING r.dlq_topic, r.dlq_timestamp, r.exception), hourly AS ("
+    + _HOURLY_ADD.format(sign="-", rows="gone") + " RETURNING 1) SELECT count(*) FROM gone"
+)
+
+
+def prune_index(conn: psycopg.Connection, dlq_topic: str,
+                log_starts: Mapping[int, int]) -> int:
+    """Drop `dlq_topic`'s rows below each partition's log-start offset (`log_starts`: partition
+    -> the first offset Kafka still has), with their hourly counts, in one transaction; returns
+    the rows dropped. The console then never offers a record Kafka no longer has."""
+    if not log_starts:
+        return 0
+    partitions = sorted(log_starts)
+    with conn.transaction():
+        row = conn.execute(_PRUNE, [partitions, [log_starts[p] for p in partitions], dlq_topic,
+                                    _MALFORMED]).fetchone()
+        conn.execute("DELETE FROM dlq_hourly WHERE dlq_topic = %s AND records <= 0",
+                     [dlq_topic])
+    return int(row[0]) if row is not None else 0
 
 
 def apply_index(conn: psycopg.Connection, rows: Iterable[DlqIndexRow]) -> tuple[int, int]:

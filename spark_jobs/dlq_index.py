@@ -11,6 +11,7 @@ driver raises them, as the wait mirror does, so PostgreSQL outages are retried t
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -22,6 +23,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.dlq_index import DlqIndexRow, apply_index, index_row
+from dispatcher.dlq.session import KafkaSession
+from dispatcher.kafka.config import KafkaClientSettings
 from spark_jobs.config import ReconcileConfig
 from spark_jobs.executor_sink import worker_registry
 from spark_jobs.registry_link import registry_unavailable
@@ -112,3 +115,16 @@ def _index_rows(rows: Iterable[Row], dlq_topic: str, newest: list[int]) -> Itera
 def index_lag_s(outcome: IndexOutcome) -> float | None:
     """Seconds from the newest indexed DLQ record's timestamp to now."""
     return None if outcome.newest_ms is None else time.time() - outcome.newest_ms / 1000
+
+
+def log_start_offsets(config: ReconcileConfig) -> dict[int, int]:
+    """Each DLQ partition's log-start offset: the first record Kafka still has (retention and
+    delete_records move it). ConsumeError when Kafka cannot tell."""
+    kafka = KafkaClientSettings(bootstrap_servers=config.bootstrap_servers,
+                                client_id="waitline-reconcile-dlq-index").kafka()
+
+    async def read() -> dict[int, int]:
+        async with KafkaSession(kafka) as session:
+            return await session.log_starts(config.dlq_topic)
+
+    return asyncio.run(read())

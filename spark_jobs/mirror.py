@@ -30,6 +30,7 @@ class CycleReport:
     expired_sent: int = 0
     parked: int = 0
     dlq_indexed: int = 0
+    dlq_pruned: int = 0  # index rows dropped: below their partition's log start in Kafka
     lag_newest_s: float | None = None
 
     def add_batch(self, events_in: int, result: MirrorResult, lag_newest_s: float | None) -> None:

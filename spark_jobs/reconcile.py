@@ -48,16 +48,17 @@ import tenacity
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from connectors.dlq_index import CycleRecord, record_cycle
+from connectors.dlq_index import CycleRecord, prune_index, record_cycle
 from connectors.registry import RegistryReader, TopicStats
 from connectors.source import claim_expired, mark_parked, mark_sent, refusal_reason
-from dispatcher.errors import RegistryError
+from dispatcher.errors import ConsumeError, RegistryError
 from spark_jobs.config import ReconcileConfig
 from spark_jobs.dlq_index import (
     dlq_index_checkpoint,
     dlq_topic_stream,
     index_lag_s,
     index_on_executors,
+    log_start_offsets,
 )
 from spark_jobs.executor_sink import BatchOutcome, SinkTarget, apply_on_executors, warm_workers
 from spark_jobs.expiry import (
@@ -82,6 +83,7 @@ T = TypeVar("T")
 STOP_GRACE_S = 60.0  # how long a stop waits for the micro-batch in progress
 STOP_POLL_S = 0.05
 WARM_UP_JOIN_S = 30.0
+PRUNE_EVERY_S = 60.0  # a running job drops index rows of deleted DLQ records at most this often
 
 
 class StopRequestedError(RuntimeError):
@@ -117,6 +119,7 @@ class ReconcileJob:
         self._reader = RegistryReader(config.pg_dsn)
         self._stop = threading.Event()
         self._report = CycleReport()
+        self._pruned_at: float | None = None  # the DLQ index's last pruning (monotonic)
         self._report_lock = threading.Lock()
         self._batch_error: RegistryError | None = None
         self._warm_up: threading.Thread | None = None
@@ -197,6 +200,11 @@ class ReconcileJob:
                 self._stop_between_batches(index)
 
     def _end_cycle(self) -> CycleReport:
+        if self.config.dlq_index and (
+                self.config.once or self._pruned_at is None
+                or time.monotonic() - self._pruned_at >= PRUNE_EVERY_S):
+            self._pruned_at = time.monotonic()
+            self._prune_dlq_index()
         with self._report_lock:
             report, self._report = self._report, CycleReport()
         self.metrics.cycle_ended(mirrored_any=report.events_in > 0, stats=self._stats())
@@ -206,6 +214,22 @@ class ReconcileJob:
         log.info("reconcile cycle done", wait_topic=self.config.wait_topic,
                  **{k: v for k, v in vars(report).items() if k != "lag_newest_s"})  # fmt: skip
         return report
+
+    def _prune_dlq_index(self) -> None:
+        """Drop the index rows of DLQ records Kafka no longer has (retention moved a
+        partition's log start past them), so the console never offers one; logged when not."""
+        try:
+            starts = log_start_offsets(self.config)
+            pruned = prune_index(self._registry.get(), self.config.dlq_topic, starts)
+        except ConsumeError as exc:
+            log.warning("the DLQ index was not pruned", error=str(exc))
+            return
+        except psycopg.Error as exc:
+            self._registry.close()
+            log.warning("the DLQ index was not pruned", error=str(exc))
+            return
+        with self._report_lock:
+            self._report.dlq_pruned += pruned
 
     def _record_cycle(self, report: CycleReport) -> None:
         """Keep the cycle's counts in `reconcile_cycle` for the console; logged when not."""

@@ -97,6 +97,19 @@ class KafkaSession:
                 return len(info["partitions"])
         return None
 
+    async def log_starts(self, topic: str) -> dict[int, int]:
+        """Each partition's log-start offset, the first record Kafka still has (retention and
+        DeleteRecords move it); {} when `topic` does not exist."""
+        count = await self.partition_count(topic)
+        if count is None:
+            return {}
+        try:
+            firsts = await self._consumer.beginning_offsets(
+                [TopicPartition(topic, p) for p in range(count)])
+        except KafkaError as exc:
+            raise ConsumeError(f"cannot read the log-start offsets of {topic}: {exc!r}") from exc
+        return {tp.partition: int(offset) for tp, offset in firsts.items()}
+
     async def require_topic(self, topic: str, role: str) -> int:
         """The partition count of `topic`; TopicSetupError naming `role` when it is missing."""
         count = await self.partition_count(topic)

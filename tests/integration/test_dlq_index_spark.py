@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from pyspark.sql import SparkSession
 from reconcile_helpers import WaitTopic, produce, run_cycle
 
-from dispatcher.wire import OutgoingRecord
+from dispatcher.wire import Failure, OutgoingRecord, dlq_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -45,3 +47,38 @@ def test_the_job_indexes_its_dlq_records_once_each(spark: SparkSession,
     assert sorted(row[2] for row in expired) == [source.offset for source in sources]
     assert {row[3] for row in expired} == {waits.wait_id(source) for source in sources}
     assert cycle == (waits.dlq_topic, 0, 0)  # the second cycle's counts
+
+
+def test_rows_of_records_kafka_no_longer_has_leave_the_index(spark: SparkSession,
+                                                              waits: WaitTopic) -> None:
+    failure = Failure("TimeoutError", "no answer")
+    records = [dlq_record(waits.source(i), waits.group, failure) for i in range(5)]
+    asyncio.run(produce(waits.bootstrap, waits.dlq_topic, records))
+    first = run_cycle(spark, waits.config())
+    asyncio.run(_delete_records(waits.bootstrap, TopicPartition(waits.dlq_topic, 0), 3))
+
+    second = run_cycle(spark, waits.config())
+    third = run_cycle(spark, waits.config())
+
+    assert (first.dlq_indexed, first.dlq_pruned) == (5, 0)
+    assert (second.dlq_indexed, second.dlq_pruned) == (0, 3)
+    assert third.dlq_pruned == 0
+    with psycopg.connect(waits.dsn) as conn:
+        offsets = [row[0] for row in conn.execute(
+            "SELECT dlq_offset FROM dlq_record WHERE dlq_topic = %s ORDER BY dlq_offset",
+            (waits.dlq_topic,))]
+        hourly = conn.execute("SELECT sum(records) FROM dlq_hourly WHERE dlq_topic = %s",
+                              (waits.dlq_topic,)).fetchone()
+    assert offsets == [3, 4]  # the console lists only what Kafka still has
+    assert hourly == (2,)  # and the overview counts only those
+
+
+async def _delete_records(bootstrap: str, partition: TopicPartition, before: int) -> None:
+    """Move `partition`'s log start to `before`, as retention would (the admin API's
+    DeleteRecords)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({partition: RecordsToDelete(before_offset=before)})
+    finally:
+        await admin.close()
