@@ -43,6 +43,7 @@ from dispatcher.console.auth import (
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.console.query import DlqQuery
 from dispatcher.console.redrive import PlannedRedrive, RedriveManager
+from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
@@ -70,12 +71,14 @@ class Console:
     kafka: KafkaConfig
     store: db.Store
     auth: Authenticator = field(init=False)
+    sessions: Sessions = field(init=False)
     throttle: LoginThrottle = field(init=False)
     redrives: RedriveManager = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
         self.auth = Authenticator(settings)
+        self.sessions = Sessions(self.store, settings)
         self.throttle = LoginThrottle(
             max_failures=settings.login_max_failures, window_s=settings.login_window_s,
             lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s)
@@ -156,7 +159,7 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
         else:
             console.throttle.succeeded(keys)
     elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
-        principal = console.auth.by_session(session)
+        principal = await console.sessions.principal(session)
     if principal is None:
         if wants_json(request) or header is not None:
             return web.json_response({"error": "a credential is needed"}, status=401)
@@ -262,7 +265,7 @@ async def login(request: web.Request) -> web.Response:
         return _login_page(request, "Those credentials are not known.", status=401)
     console.throttle.succeeded(keys)
     response = web.HTTPSeeOther("/")
-    response.set_cookie(SESSION_COOKIE, console.auth.open_session(principal), httponly=True,
+    response.set_cookie(SESSION_COOKIE, await console.sessions.open(principal), httponly=True,
                         samesite="Strict", path="/", secure=request.secure)
     response.del_cookie(LOGIN_COOKIE, path="/login")
     log.info("console login: %s (%s)", principal.name, principal.role.value)
@@ -297,7 +300,7 @@ def _too_many(request: web.Request, wait_s: float) -> web.Response:
 
 async def logout(request: web.Request) -> web.Response:
     if (session := request.cookies.get(SESSION_COOKIE)) is not None:
-        request.app[CONSOLE].auth.close_session(session)
+        await request.app[CONSOLE].sessions.close(session)
     response = web.HTTPSeeOther("/login")
     response.del_cookie(SESSION_COOKIE, path="/")
     raise response

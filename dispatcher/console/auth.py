@@ -1,8 +1,9 @@
 """Who is asking: credentials from the environment, browser sessions, and CSRF tokens (pure).
 
 A browser logs in once (`POST /login`, a token, or a name and password) and gets a session
-cookie (HttpOnly, SameSite=Strict) naming a random session id; the session holds the person's
-name, role and its CSRF token, which every state-changing form sends back. Scripts send
+cookie (HttpOnly, SameSite=Strict) naming a random session id (`dispatcher.console.sessions`,
+kept in PostgreSQL); the session names the person, their role and its CSRF token, which every
+state-changing form sends back. Scripts send
 `Authorization: Bearer <token>` or basic auth on each request instead; the console never asks
 a browser for basic auth (no `WWW-Authenticate` challenge), so a browser never attaches those
 credentials by itself, and requests carrying them need no CSRF token. Secrets are compared in
@@ -50,14 +51,10 @@ class Principal:
 
 
 class Authenticator:
-    """Checks credentials against the settings' and keeps browser sessions in memory."""
+    """Checks credentials against the settings'."""
 
-    def __init__(self, settings: ConsoleSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: ConsoleSettings) -> None:
         self._settings = settings
-        self._clock = clock
-        self._sessions: dict[str, tuple[Principal, float]] = {}
-        self._lock = threading.Lock()
 
     def by_token(self, token: str) -> Principal | None:
         found = None
@@ -91,32 +88,6 @@ class Authenticator:
         """The user name a Basic `Authorization` header claims (for throttling), or None."""
         pair = _basic_pair(authorization)
         return pair[0] if pair is not None and pair[0] else None
-
-    def open_session(self, principal: Principal) -> str:
-        """A new session for `principal`; returns its id (the cookie's value)."""
-        session_id = secrets.token_urlsafe(32)
-        with_csrf = Principal(principal.name, principal.role, secrets.token_urlsafe(32))
-        expires = self._now() + self._settings.session_hours * 3600
-        with self._lock:
-            self._sessions[session_id] = (with_csrf, expires)
-        return session_id
-
-    def by_session(self, session_id: str) -> Principal | None:
-        with self._lock:
-            found = self._sessions.get(session_id)
-            if found is None:
-                return None
-            if found[1] < self._now():
-                del self._sessions[session_id]
-                return None
-            return found[0]
-
-    def close_session(self, session_id: str) -> None:
-        with self._lock:
-            self._sessions.pop(session_id, None)
-
-    def _now(self) -> float:
-        return self._clock()
 
 
 def _basic_pair(authorization: str) -> tuple[str, str] | None:

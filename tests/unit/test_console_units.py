@@ -1,4 +1,5 @@
-"""The console's pure parts: credentials and sessions, CSRF, the filter's SQL and keyset
+"""The console's pure parts: credentials, session digests and CSRF tokens, the login
+throttle, the filter's SQL and keyset
 cursor, and escaping of whatever bytes a record holds."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ import uuid
 import pytest
 from pydantic import SecretStr
 
-from dispatcher.console.auth import Authenticator, Principal, csrf_ok
+from dispatcher.console.auth import Authenticator, LoginThrottle, Principal, csrf_ok
 from dispatcher.console.query import Cursor, DlqQuery
 from dispatcher.console.render import bytes_text, text, value_block
+from dispatcher.console.sessions import csrf_token, session_digest
 from dispatcher.console.settings import Credential, Role, load_console_settings
 from dispatcher.dlq.records import DlqCoordinates
 from dispatcher.errors import ConfigError
@@ -22,13 +24,12 @@ TOKEN = "tok-viewer-0123456789"
 PASSWORD = "a long operator password"
 
 
-def _auth(clock: list[float] | None = None) -> Authenticator:
+def _auth() -> Authenticator:
     settings = load_console_settings(credentials={
         "grafana": Credential(role=Role.VIEWER, token=SecretStr(TOKEN)),
         "alice": Credential(role=Role.OPERATOR, password=SecretStr(PASSWORD))},
         session_hours=1)
-    now = clock if clock is not None else [0.0]
-    return Authenticator(settings, clock=lambda: now[0])
+    return Authenticator(settings)
 
 
 def test_no_credential_no_console_and_short_secrets_are_refused(
@@ -64,17 +65,37 @@ def test_tokens_passwords_and_headers_name_their_principal() -> None:
     assert auth.by_header("Basic !!!") is None
 
 
-def test_a_session_carries_a_csrf_token_and_expires() -> None:
-    clock = [0.0]
-    auth = _auth(clock)
-    session = auth.open_session(Principal("alice", Role.OPERATOR))
-    principal = auth.by_session(session)
-    assert principal is not None and principal.csrf
+def test_a_session_carries_a_csrf_token_derived_from_its_id() -> None:
+    session = "a-random-session-id-of-43-characters-xxxxxx"
+    principal = Principal("alice", Role.OPERATOR, csrf_token(session))
+    assert principal.csrf and principal.csrf == csrf_token(session)  # every replica agrees
+    assert csrf_token("another-session") != principal.csrf
+    assert principal.csrf not in (session, session_digest(session).hex())
+    assert len(session_digest(session)) == 32 and session.encode() not in session_digest(session)
     assert csrf_ok(principal, principal.csrf)
     assert not csrf_ok(principal, None) and not csrf_ok(principal, "forged")
     assert csrf_ok(Principal("script", Role.OPERATOR), None)  # per-request credentials
-    clock[0] = 3601.0
-    assert auth.by_session(session) is None
+
+
+def test_the_login_throttle_counts_per_key_within_a_window_and_caps_its_lock_out() -> None:
+    now = [0.0]
+    throttle = LoginThrottle(max_failures=2, window_s=60, lockout_s=10, max_lockout_s=25,
+                             max_keys=3, clock=lambda: now[0])
+    assert throttle.failed(["address:a", "name:x"]) is None
+    now[0] = 61  # outside the window: the first failure is forgotten
+    assert throttle.failed(["address:a"]) is None
+    assert throttle.failed(["address:a"]) == 10
+    assert throttle.retry_after(["address:b", "address:a"]) == 10
+    now[0] += 10
+    assert throttle.retry_after(["address:a"]) is None
+    assert throttle.failed(["address:a"]) == 20
+    now[0] += 20
+    assert throttle.failed(["address:a"]) == 25  # capped
+    throttle.succeeded(["address:a"])
+    assert throttle.retry_after(["address:a"]) is None
+    for key in ("k1", "k2", "k3", "k4"):
+        throttle.failed([key])
+    assert len(throttle) == 3  # bounded: the stalest key went first
 
 
 def test_the_filter_builds_parameterised_sql_and_a_keyset_page() -> None:

@@ -1,7 +1,7 @@
-"""The console's login over loopback HTTP (aiohttp's test server, no Kafka or PostgreSQL is
-reached): the login form's own CSRF token (login CSRF), and throttling of failed logins per
-client address and per user name, with a 429 and Retry-After, reset by a success; no password
-or token is ever logged."""
+"""The console's login over loopback HTTP (aiohttp's test server; sessions in a real
+PostgreSQL, Kafka is not reached): the login form's own CSRF token (login CSRF), and throttling
+of failed logins per client address and per user name, with a 429 and Retry-After, reset by a
+success; no password or token is ever logged."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dispatcher.console.settings import Credential, Role, load_console_settings
 from dispatcher.console.store import Store
 from dispatcher.kafka.config import KafkaClientSettings
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 TOKEN = "tok-viewer-0123456789"
 PASSWORD = "a long operator password"
@@ -32,14 +32,14 @@ Client = TestClient[web.Request, web.Application]
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[Client]:
+async def client(pg_dsn: str) -> AsyncIterator[Client]:
     settings = load_console_settings(credentials={
         "grafana": Credential(role=Role.VIEWER, token=SecretStr(TOKEN)),
         "alice": Credential(role=Role.OPERATOR, password=SecretStr(PASSWORD))},
         login_max_failures=MAX_FAILURES, login_lockout_s=30, login_window_s=600)
     kafka = KafkaClientSettings(bootstrap_servers="127.0.0.1:9", client_id="test").kafka()
     console = Console(settings, "orders.dlq", "orders.wait", [], kafka,
-                      Store("postgresql://nobody@127.0.0.1:9/none"))
+                      Store(pg_dsn))
     async with TestClient(TestServer(build_app(console))) as http:
         yield http
 
@@ -165,24 +165,3 @@ async def test_no_password_or_token_reaches_the_log(
     assert "console login refused" in logged and "console login: alice" in logged
     for secret in (WRONG, PASSWORD, TOKEN[:-1] + "x"):
         assert secret not in logged
-
-
-def test_the_throttle_counts_per_key_within_a_window_and_caps_its_lock_out() -> None:
-    now = [0.0]
-    throttle = LoginThrottle(max_failures=2, window_s=60, lockout_s=10, max_lockout_s=25,
-                             max_keys=3, clock=lambda: now[0])
-    assert throttle.failed(["address:a", "name:x"]) is None
-    now[0] = 61  # outside the window: the first failure is forgotten
-    assert throttle.failed(["address:a"]) is None
-    assert throttle.failed(["address:a"]) == 10
-    assert throttle.retry_after(["address:b", "address:a"]) == 10
-    now[0] += 10
-    assert throttle.retry_after(["address:a"]) is None
-    assert throttle.failed(["address:a"]) == 20
-    now[0] += 20
-    assert throttle.failed(["address:a"]) == 25  # capped
-    throttle.succeeded(["address:a"])
-    assert throttle.retry_after(["address:a"]) is None
-    for key in ("k1", "k2", "k3", "k4"):
-        throttle.failed([key])
-    assert len(throttle) == 3  # bounded: the stalest key went first
