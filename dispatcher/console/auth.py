@@ -140,8 +140,9 @@ class LoginThrottle:
     within `window_s` of each other, a key is locked out for `lockout_s`, doubling with each
     further failure up to `max_lockout_s`. A success clears the keys it names.
 
-    Keys are kept in memory, at most `max_keys` of them (the stalest go first), so a flood of
-    made-up names cannot grow it without bound."""
+    Keys are kept in this process's memory, at most `max_keys` of them (the stalest go first),
+    so a flood of made-up names cannot grow it without bound; each console replica counts its
+    own failures, and a restart forgets them."""
 
     def __init__(self, *, max_failures: int, window_s: float, lockout_s: float,
                  max_lockout_s: float, max_keys: int = 100_000,
