@@ -228,8 +228,7 @@ def _require_operator(principal: Principal) -> None:
 
 # -- login ------------------------------------------------------------------------------------
 
-def _login_page(request: web.Request, error: str | None, status: int = 200,
-                headers: dict[str, str] | None = None) -> web.Response:
+def _login_page(request: web.Request, error: str | None, status: int = 200) -> web.Response:
     """The login form with its pre-session CSRF token, in its cookie and in the form. A token
     the browser already holds is kept: any other request of the same browser (its favicon, a
     second tab) that lands on this page must not spoil a form already shown."""
@@ -237,7 +236,7 @@ def _login_page(request: web.Request, error: str | None, status: int = 200,
     if not looks_like_login_token(token):
         token = new_login_token()
     response = web.Response(text=render.login_page(error, token), status=status,
-                            content_type="text/html", headers=headers)
+                            content_type="text/html")
     response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="Strict", path="/login",
                         secure=request.secure)
     return response
