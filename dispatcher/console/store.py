@@ -123,8 +123,12 @@ _OLDEST = """
 SELECT dlq_partition, dlq_offset, dlq_timestamp, exception FROM dlq_record
 WHERE dlq_topic = %s ORDER BY dlq_timestamp, dlq_partition, dlq_offset LIMIT 1
 """
-_REPLAYED_COUNT = ("SELECT count(DISTINCT (dlq_partition, dlq_offset)) AS n FROM dlq_replay"
-                   " WHERE dlq_topic = %s")
+# Replays of records still in the index: a record Kafka deleted (and the index dropped) is no
+# longer counted, replayed or not.
+_REPLAYED_COUNT = ("SELECT count(DISTINCT (p.dlq_partition, p.dlq_offset)) AS n FROM dlq_replay p"
+                   " WHERE p.dlq_topic = %s AND EXISTS (SELECT 1 FROM dlq_record r"
+                   " WHERE r.dlq_topic = p.dlq_topic AND r.dlq_partition = p.dlq_partition"
+                   " AND r.dlq_offset = p.dlq_offset)")
 _WAIT_STATES = """
 SELECT count(*) FILTER (WHERE dlq_sent_at IS NULL AND dlq_failed_at IS NULL
                           AND wait_expiration_time > now()) AS open,

@@ -14,6 +14,7 @@ import aiohttp
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from console_helpers import (
     BIG_VALUE_BYTES,
     OPERATOR_PASSWORD,
@@ -29,7 +30,10 @@ from console_helpers import (
 from dlq_helpers import read_all
 from typer.testing import CliRunner, Result
 
+from connectors.dlq_index import prune_index
 from dispatcher.dlq.cli import app as dlq_app
+from dispatcher.dlq.session import KafkaSession
+from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.wire import IDEMPOTENCY_KEY, dlq_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -322,3 +326,32 @@ async def test_a_cli_replay_that_cannot_record_itself_sends_nothing(
         "--no-audit")
     assert result.exit_code == 0, result.output
     assert len(await read_all(dlq.bootstrap, dlq.orders)) == 2
+
+
+async def test_records_kafka_deleted_leave_the_list_and_the_overview(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=4)
+    await asyncio.to_thread(dlq.index)
+    result = await asyncio.to_thread(
+        _cli_replay, "--dlq-topic", dlq.dlq_topic, "--exception", "TimeoutError",
+        "--bootstrap-servers", kafka_bootstrap, "--dsn", pg_dsn)  # DLQ offsets 0 and 2
+    assert result.exit_code == 0, result.output
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:  # as retention would: offsets 0 and 1 are gone from Kafka
+        await admin.delete_records({TopicPartition(dlq.dlq_topic, 0): RecordsToDelete(2)})
+    finally:
+        await admin.close()
+    kafka = KafkaClientSettings(bootstrap_servers=kafka_bootstrap, client_id="test").kafka()
+    async with KafkaSession(kafka) as session:  # what the reconciliation job does each cycle
+        starts = await session.log_starts(dlq.dlq_topic)
+    with psycopg.connect(pg_dsn) as conn:
+        assert prune_index(conn, dlq.dlq_topic, starts) == 2
+    async with serve_console(dlq) as base, aiohttp.ClientSession(headers=VIEWER) as http:
+        async with http.get(f"{base}/dlq") as response:
+            listed = (await response.json())["records"]
+        async with http.get(f"{base}/") as response:
+            overview = await response.json()
+    assert starts == {0: 2}
+    assert sorted(r["dlq_offset"] for r in listed) == [2, 3]
+    assert (overview["depth"]["total"], overview["replayed"]) == (2, 1)
