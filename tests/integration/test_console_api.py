@@ -279,8 +279,10 @@ def _cli_replay(*args: str) -> Result:
     return CliRunner().invoke(dlq_app, ["replay", *args, "--yes"])
 
 
-async def test_a_cli_replay_is_what_the_console_calls_replayed(
-        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+async def _timeouts_replayed_by_the_cli(kafka_bootstrap: str, pg_dsn: str,
+                                       unique_name: Callable[[str], str]) -> ConsoleDlq:
+    """Four indexed DLQ records; `waitline dlq replay` replays the TimeoutError ones (DLQ
+    offsets 0 and 2), recording the run in the registry."""
     dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=4)
     await asyncio.to_thread(dlq.index)
     result = await asyncio.to_thread(
@@ -288,6 +290,12 @@ async def test_a_cli_replay_is_what_the_console_calls_replayed(
         "--bootstrap-servers", kafka_bootstrap, "--dsn", pg_dsn)
     assert result.exit_code == 0, result.output
     assert "recorded for the console as replay" in result.output
+    return dlq
+
+
+async def test_a_cli_replay_is_what_the_console_calls_replayed(
+        kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
+    dlq = await _timeouts_replayed_by_the_cli(kafka_bootstrap, pg_dsn, unique_name)
     async with serve_console(dlq) as base, aiohttp.ClientSession(headers=VIEWER) as http:
         async with http.get(f"{base}/dlq", params={"replayed": "yes"}) as response:
             replayed = (await response.json())["records"]
@@ -330,12 +338,7 @@ async def test_a_cli_replay_that_cannot_record_itself_sends_nothing(
 
 async def test_records_kafka_deleted_leave_the_list_and_the_overview(
         kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str]) -> None:
-    dlq = await asyncio.to_thread(make_dlq, kafka_bootstrap, pg_dsn, unique_name, count=4)
-    await asyncio.to_thread(dlq.index)
-    result = await asyncio.to_thread(
-        _cli_replay, "--dlq-topic", dlq.dlq_topic, "--exception", "TimeoutError",
-        "--bootstrap-servers", kafka_bootstrap, "--dsn", pg_dsn)  # DLQ offsets 0 and 2
-    assert result.exit_code == 0, result.output
+    dlq = await _timeouts_replayed_by_the_cli(kafka_bootstrap, pg_dsn, unique_name)
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()
     try:  # as retention would: offsets 0 and 1 are gone from Kafka
