@@ -315,10 +315,7 @@ def handler_cpu_command(
     The same pod drains a backlog both ways, side by side in one run, variants alternating."""
     from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
 
-    try:
-        sizes = [int(w) for w in windows.split(",") if w.strip()]
-    except ValueError:
-        _fail(f"--windows must be comma-separated integers, not {windows!r}", CONFIG_EXIT_CODE)
+    sizes = _windows(windows)
     try:
         samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
                                               Path("reports/handler-cpu"), sizes, records,
@@ -326,6 +323,50 @@ def handler_cpu_command(
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples))
+
+
+@app.command("revisions", epilog="Example: waitline loadtest revisions --base main~3")
+def revisions_command(
+    *,
+    base: Annotated[str, typer.Option(help="The revision to compare against (a commit, branch "
+                                           "or tag of this repository).")],
+    head: Annotated[str | None, typer.Option(help="The revision to measure; default: this "
+                                                  "checkout's working tree.")] = None,
+    windows: Annotated[str, typer.Option(help="Comma-separated windows N.")] = "50,1000",
+    records: Annotated[int, typer.Option(help="Backlog per pod run.", min=1000)] = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each revision per window.", min=1)] = 3,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
+             "stack.")] = None,
+) -> None:
+    """Measure CPU per record of the pod at two revisions, side by side: the A/B of a change.
+
+    Both pods run --counterparty-url against a mock counterparty of their own at the same time;
+    each imports its own revision's code (checked before measuring)."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import revision_variants  # noqa: PLC0415
+
+    sizes = _windows(windows)
+    work_dir = Path("reports/revisions")
+    try:
+        variants = revision_variants(base, head, work_dir)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              work_dir, sizes, records, rounds,
+                                              variants=variants))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+def _windows(text: str) -> list[int]:
+    try:
+        sizes = [int(w) for w in text.split(",") if w.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        _fail(f"--windows must be comma-separated positive integers, not {text!r}",
+              CONFIG_EXIT_CODE)
+    return sizes
 
 
 @app.command(epilog="Example: waitline loadtest bench --out docs/BENCHMARKS.md")

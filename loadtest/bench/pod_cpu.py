@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -32,8 +32,32 @@ from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, sto
 from loadtest.harness.topics import create_topic
 from loadtest.mock.generator import produce
 
-VARIANTS = ("--counterparty-url", "handler spelled out")
 MODEL = "fixed:50"
+
+
+@dataclass(frozen=True)
+class PodVariant:
+    """One way to run the pod: its name, the `waitline dispatch` arguments after the common ones,
+    and the environment it adds; `{url}` (its mock counterparty's) and `{window}` are replaced
+    in both."""
+
+    name: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def filled(self, url: str, window: int) -> tuple[list[str], dict[str, str]]:
+        def fill(text: str) -> str:
+            return text.replace("{url}", url).replace("{window}", str(window))
+
+        return [fill(a) for a in self.args], {k: fill(v) for k, v in self.env.items()}
+
+
+PRESET = PodVariant("--counterparty-url", ("--counterparty-url", "{url}"))
+SPELLED_OUT = PodVariant(
+    "handler spelled out", ("--handler", "dispatcher.handlers.http:handler"),
+    {"WAITLINE_HTTP_URL": "{url}", "WAITLINE_HTTP_RESULT": "call-summary",
+     "WAITLINE_HTTP_MAX_CONNECTIONS": "{window}"})
+HANDLER_VARIANTS = (PRESET, SPELLED_OUT)
 
 
 @dataclass(frozen=True)
@@ -56,25 +80,20 @@ class _Bench:
         return await mock_calls_seen(self.session, self.mock_url)
 
 
-async def _backlog(bench: _Bench, variant: str, window: int, records: int) -> str:
-    tag = f"cpu-{variant.strip('-').split(maxsplit=1)[0]}-{window}-{time.time_ns() % 10**9}"
+async def _backlog(bench: _Bench, index: int, window: int, records: int) -> str:
+    tag = f"cpu-{index}-{window}-{time.time_ns() % 10**9}"
     await create_topic(bench.bootstrap, tag)
     await produce(bench.bootstrap, tag, records, progress=False)
     return tag
 
 
-async def _measure_one(bench: _Bench, variant: str, window: int, records: int,
+async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records: int,
                        tag: str) -> CpuSample:
-    work_dir, mock_url = bench.work_dir, bench.mock_url
-    common = ["dispatch", "--input-topic", tag, "--group", tag, "--bootstrap-servers",
-              bench.bootstrap, "--concurrency", str(window)]
-    if variant == VARIANTS[0]:
-        pod = spawn([*common, "--counterparty-url", mock_url], work_dir / f"{tag}.log")
-    else:
-        pod = spawn([*common, "--handler", "dispatcher.handlers.http:handler"],
-                    work_dir / f"{tag}.log",
-                    env={"WAITLINE_HTTP_URL": mock_url, "WAITLINE_HTTP_RESULT": "call-summary",
-                         "WAITLINE_HTTP_MAX_CONNECTIONS": str(window)})
+    work_dir = bench.work_dir
+    args, env = variant.filled(bench.mock_url, window)
+    pod = spawn(["dispatch", "--input-topic", tag, "--group", tag, "--bootstrap-servers",
+                 bench.bootstrap, "--concurrency", str(window), *args],
+                work_dir / f"{tag}.log", env=env)
     try:
         process = psutil.Process(pod.pid)
         start_calls = await bench.calls_seen()
@@ -91,56 +110,62 @@ async def _measure_one(bench: _Bench, variant: str, window: int, records: int,
     finally:
         await asyncio.to_thread(stop, pod)
     (cpu0, calls0, t0), (cpu1, calls1, t1) = samples
-    return CpuSample(variant, window, calls1 - calls0, 1000 * (cpu1 - cpu0) / (calls1 - calls0),
-                     (calls1 - calls0) / (t1 - t0))
+    calls = calls1 - calls0
+    return CpuSample(variant.name, window, calls, 1000 * (cpu1 - cpu0) / calls,
+                     calls / (t1 - t0))
 
 
 async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int] = (50, 1000),
-                          records: int = 20_000, rounds: int = 3) -> list[CpuSample]:
-    """`rounds` samples of each variant at each window, both variants at the same time."""
+                          records: int = 20_000, rounds: int = 3, *,
+                          variants: Sequence[PodVariant] = HANDLER_VARIANTS) -> list[CpuSample]:
+    """`rounds` samples of each variant at each window, all variants at the same time (which
+    one is started first alternates from round to round)."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    ports = {variant: free_port() for variant in VARIANTS}
-    mocks = {variant: spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(port)],
-                            work_dir / f"cpu-mock-{port}.log")
-             for variant, port in ports.items()}
+    ports = [free_port() for _ in variants]
+    mocks = [spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(port)],
+                   work_dir / f"cpu-mock-{port}.log") for port in ports]
     samples = []
     try:
         async with aiohttp.ClientSession() as session:
-            benches = {}
-            for variant, port in ports.items():
+            benches = []
+            for port, mock in zip(ports, mocks, strict=True):
                 url = f"http://127.0.0.1:{port}/"
-                await wait_http(session, f"{url}stats", mocks[variant],
-                                work_dir / f"cpu-mock-{port}.log")
-                benches[variant] = _Bench(bootstrap, work_dir, session, url)
+                await wait_http(session, f"{url}stats", mock, work_dir / f"cpu-mock-{port}.log")
+                benches.append(_Bench(bootstrap, work_dir, session, url))
             for window in windows:
-                for _ in range(rounds):
-                    tags = [await _backlog(benches[v], v, window, records) for v in VARIANTS]
+                for round_ in range(rounds):
+                    order = list(range(len(variants)))
+                    if round_ % 2:
+                        order.reverse()
+                    tags = {i: await _backlog(benches[i], i, window, records) for i in order}
                     samples.extend(await asyncio.gather(*(
-                        _measure_one(benches[v], v, window, records, tag)
-                        for v, tag in zip(VARIANTS, tags, strict=True))))
+                        _measure_one(benches[i], variants[i], window, records, tags[i])
+                        for i in order)))
     finally:
-        for mock in mocks.values():
+        for mock in mocks:
             await asyncio.to_thread(stop, mock)
     return samples
 
 
-def markdown(samples: Sequence[CpuSample]) -> str:
-    """Median CPU per record of each variant and window, the handler's ratio of the medians,
-    and the range of the ratios of the rounds (each round runs both variants at once)."""
-    rows = ["| window N | --counterparty-url: CPU ms/record | handler spelled out: CPU ms/record "
-            "| spelled out / preset | per round (min to max) "
-            "| records/s (preset, spelled out) | rounds |",
+def markdown(samples: Sequence[CpuSample], names: tuple[str, str] = (
+        PRESET.name, SPELLED_OUT.name)) -> str:
+    """Median CPU per record of two variants at each window, the second's over the first's
+    (ratio of the medians), and the range of the ratios of the rounds (each round runs both
+    variants at once)."""
+    first, second = names
+    rows = [f"| window N | {first}: CPU ms/record | {second}: CPU ms/record "
+            f"| second / first | per round (min to max) | records/s (first, second) | rounds |",
             "|---:|---:|---:|---:|---|---|---:|"]
     for window in sorted({s.window for s in samples}):
-        of = {v: [s for s in samples if s.window == window and s.variant == v] for v in VARIANTS}
-        cpu = {v: statistics.median(s.cpu_ms_per_record for s in of[v]) for v in VARIANTS}
-        tps = {v: statistics.median(s.records_per_s for s in of[v]) for v in VARIANTS}
-        ratios = [handler.cpu_ms_per_record / built_in.cpu_ms_per_record
-                  for built_in, handler in zip(of[VARIANTS[0]], of[VARIANTS[1]], strict=True)]
-        rows.append(f"| {window:,} | {cpu[VARIANTS[0]]:.3f} | {cpu[VARIANTS[1]]:.3f} | "
-                    f"{cpu[VARIANTS[1]] / cpu[VARIANTS[0]]:.3f} | {min(ratios):.3f} to "
-                    f"{max(ratios):.3f} | {tps[VARIANTS[0]]:,.0f}, {tps[VARIANTS[1]]:,.0f} | "
-                    f"{len(of[VARIANTS[0]])} |")
+        of = {v: [s for s in samples if s.window == window and s.variant == v] for v in names}
+        cpu = {v: statistics.median(s.cpu_ms_per_record for s in of[v]) for v in names}
+        tps = {v: statistics.median(s.records_per_s for s in of[v]) for v in names}
+        ratios = [b.cpu_ms_per_record / a.cpu_ms_per_record
+                  for a, b in zip(of[first], of[second], strict=True)]
+        rows.append(f"| {window:,} | {cpu[first]:.3f} | {cpu[second]:.3f} | "
+                    f"{cpu[second] / cpu[first]:.3f} | {min(ratios):.3f} to "
+                    f"{max(ratios):.3f} | {tps[first]:,.0f}, {tps[second]:,.0f} | "
+                    f"{len(of[first])} |")
     return "\n".join(rows) + "\n"
 
 

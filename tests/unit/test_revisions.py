@@ -1,0 +1,53 @@
+"""`waitline loadtest revisions`' set-up: a revision's tree is exported whole and a pod child
+imports that tree's code, not this checkout's; a name that is no commit, or bad windows, is
+refused before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loadtest.bench.revisions import REPO, export_revision, imported_from, variant
+from loadtest.cli import app
+from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
+from loadtest.harness.processes import HarnessError
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_revisions_pod_imports_the_exported_tree(tmp_path: Path) -> None:
+    tree = tmp_path / "base"
+    (tree / "stale.txt").parent.mkdir(parents=True)
+    (tree / "stale.txt").write_text("left by an earlier export")
+    name = export_revision("HEAD", tree)
+    assert len(name) == 9
+    assert (tree / "dispatcher" / "pod" / "engine.py").is_file()
+    assert not (tree / "stale.txt").exists()
+    assert imported_from(tree) == tree
+    assert variant("base", tree).env == {"PYTHONPATH": str(tree)}
+
+
+def test_this_checkout_is_its_own_variant() -> None:
+    assert imported_from(REPO) == REPO
+
+
+def test_a_tree_that_is_not_a_checkout_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="imports dispatcher from"):
+        variant("empty", tmp_path)
+
+
+def test_a_name_that_is_no_commit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(HarnessError, match="not a commit"):
+        export_revision("no-such-branch-anywhere", tmp_path / "x")
+    result = CliRunner().invoke(app, ["revisions", "--base", "no-such-branch-anywhere"])
+    assert result.exit_code == FAILURE_EXIT_CODE
+    assert "not a commit" in result.output
+
+
+@pytest.mark.parametrize("windows", ["0", "x", ","])
+def test_bad_windows_are_refused(windows: str) -> None:
+    result = CliRunner().invoke(app, ["revisions", "--base", "HEAD", "--windows", windows])
+    assert result.exit_code == CONFIG_EXIT_CODE
+    assert "--windows" in result.output
