@@ -42,8 +42,8 @@ class Scale:
 
 SCALES = {
     "short": Scale(kills=2, calls_between_kills=800, storm_s=18, replace_every_s=6, outage_s=8,
-                   outage_deadline="4s", broker_down_s=4, registry_down_s=15,
-                   registry_phase_s=10, tps_goal=None),
+                   outage_deadline="4s", broker_down_s=4, registry_down_s=10,
+                   registry_phase_s=6, tps_goal=None),
     "full": Scale(kills=20, calls_between_kills=1000, storm_s=120, replace_every_s=6,
                   outage_s=120, outage_deadline="60s", broker_down_s=15, registry_down_s=600,
                   registry_phase_s=60, tps_goal=0.95),
