@@ -21,7 +21,7 @@ from dispatcher.errors import ConfigError, ProduceError, WaitlineError
 from loadtest.bench.console_bench import FULL_RECORDS, console_bench
 from loadtest.bench.scenarios import SCENARIOS
 from loadtest.cli_chaos import chaos
-from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
+from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE, BootstrapServers
 from loadtest.cli_common import fail as _fail
 from loadtest.cli_mirror import (
     MIRROR_DURATION,
@@ -130,9 +130,7 @@ def produce_command(
     count: Annotated[int, typer.Option(help="Number of records.", min=0)],
     rate: Annotated[float | None, typer.Option(
         help="Records per second; full speed when omitted.", min=0.0)] = None,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
+    bootstrap_servers: BootstrapServers = None,
     start: Annotated[int, typer.Option(
         help="Counter of the first record (additionalData = counter mod 10).", min=0)] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -300,15 +298,17 @@ app.command("mirror-floor", epilog="Example: waitline loadtest mirror-floor --ev
     mirror_floor)
 
 
+PodWindows = Annotated[str, typer.Option(help="Comma-separated windows N.")]
+PodBacklog = Annotated[int, typer.Option(help="Backlog per pod run.", min=1000)]
+
+
 @app.command("handler-cpu", epilog="Example: waitline loadtest handler-cpu --rounds 3")
 def handler_cpu_command(
     *,
-    windows: Annotated[str, typer.Option(help="Comma-separated windows N.")] = "50,1000",
-    records: Annotated[int, typer.Option(help="Backlog per pod run.", min=1000)] = 20_000,
+    windows: PodWindows = "50,1000",
+    records: PodBacklog = 20_000,
     rounds: Annotated[int, typer.Option(help="Runs of each variant per window.", min=1)] = 3,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
+    bootstrap_servers: BootstrapServers = None,
 ) -> None:
     """Measure CPU per record: --counterparty-url vs the same HTTP handler spelled out.
 
@@ -332,12 +332,10 @@ def revisions_command(
                                            "or tag of this repository).")],
     head: Annotated[str | None, typer.Option(help="The revision to measure; default: this "
                                                   "checkout's working tree.")] = None,
-    windows: Annotated[str, typer.Option(help="Comma-separated windows N.")] = "50,1000",
-    records: Annotated[int, typer.Option(help="Backlog per pod run.", min=1000)] = 20_000,
+    windows: PodWindows = "50,1000",
+    records: PodBacklog = 20_000,
     rounds: Annotated[int, typer.Option(help="Runs of each revision per window.", min=1)] = 3,
-    bootstrap_servers: Annotated[str | None, typer.Option(
-        help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local "
-             "stack.")] = None,
+    bootstrap_servers: BootstrapServers = None,
 ) -> None:
     """Measure CPU per record of the pod at two revisions, side by side: the A/B of a change.
 

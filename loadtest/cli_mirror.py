@@ -11,7 +11,7 @@ from rich.console import Console
 
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
 from dispatcher.errors import ConfigError, WaitlineError
-from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
+from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE, BootstrapServers
 from loadtest.cli_common import fail as _fail
 
 if TYPE_CHECKING:
@@ -23,8 +23,6 @@ MIRROR_RATE = 1000.0
 MIRROR_DURATION = "60s"
 MIRROR_TRIGGER = "1s"
 
-BootstrapServers = Annotated[str | None, typer.Option(
-    help="Kafka bootstrap servers; default: WAITLINE_BOOTSTRAP_SERVERS or the local stack.")]
 RegistryDsn = Annotated[str | None, typer.Option(
     help="PostgreSQL DSN of the registry; default: WAITLINE_PG_DSN or the local stack.")]
 
