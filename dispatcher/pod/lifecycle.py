@@ -124,6 +124,13 @@ class Partitions(Protocol):
         """Stop the engine: `what` can never become committable."""
 
 
+def _left_to_the_next_owner(source: SourceRecord) -> None:
+    """A record whose partition was revoked before its call could start: never made
+    committable here, the next owner calls it."""
+    log.info("%s/%d@%d: its partition was revoked before it could start; the next owner calls "
+             "it", source.topic, source.partition, source.offset)
+
+
 class RecordPath:
     """Walks each record from its fetch to its tombstone."""
 
@@ -179,23 +186,21 @@ class RecordPath:
             return
 
         # 1. Prepare: the wait record, acknowledged.
-        prepare: OutgoingRecord | None = None
-        too_large: RecordTooLargeError | None = None
-        wait_partition = -1
-        if not ticket.abandoned:
-            prepare = self._wait_record(source)
-            try:
-                wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
-            except RecordTooLargeError as exc:
-                self._metrics.produce_errors.labels("wait").inc()
-                too_large = exc
-        if ticket.abandoned:  # never made committable: the next owner calls it
-            log.info("%s/%d@%d: its partition was revoked before it could start; the next "
-                     "owner calls it", *key, source.offset)
+        if ticket.abandoned:
+            _left_to_the_next_owner(source)
             return
-        if too_large is not None or prepare is None:  # its DLQ record protects it
-            await self._dead_letter_uncalled(source, ticket,
-                                             Failure(RECORD_TOO_LARGE, str(too_large)))
+        prepare = self._wait_record(source)
+        too_large: Failure | None = None
+        try:
+            wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
+        except RecordTooLargeError as exc:
+            self._metrics.produce_errors.labels("wait").inc()
+            too_large = Failure(RECORD_TOO_LARGE, str(exc))
+        if ticket.abandoned:  # revoked during the write
+            _left_to_the_next_owner(source)
+            return
+        if too_large is not None:  # its DLQ record protects it
+            await self._dead_letter_uncalled(source, ticket, too_large)
             return
         trace.prepared()
 
