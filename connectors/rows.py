@@ -1,11 +1,18 @@
 """Pure planning of the wait-topic mirror: a batch of wait-topic records → row changes.
 
 Per (wait topic, wait id) the latest record wins (`supersedes`: a higher offset within a
-partition; across partitions, which only a grown wait topic has, a later Kafka timestamp): a
-prepare becomes an upsert of the `wait` row, a tombstone a delete. The database applies each
-change only over a row it supersedes (connectors/sink.py), so planning and applying any split of
-an ordered stream into batches converges to the same table, and re-applying a batch changes
-nothing.
+partition; across partitions, which only a grown wait topic has, a later Kafka timestamp; between
+two prepares that both carry WAITLINE_GENERATION, the higher generation first): a prepare becomes
+an upsert of the `wait` row, a tombstone a delete, a withdrawal the delete of its own
+generation's row only. The database applies each change only over a row it supersedes
+(connectors/sink.py), so planning and applying any split of an ordered stream into batches
+converges to the same table, and re-applying a batch changes nothing.
+
+Why generations: a pod whose revoke stopped waiting for its prepare leaves the record to the
+partition's next owner, and that prepare can land after the next owner's prepare or even its
+tombstone. Ordered by generation it cannot replace the next owner's row; the pod's withdrawal,
+written after it, removes the row it opens after a tombstone, and can never close the next
+owner's (DESIGN.md, "Rebalances").
 
 Records that cannot become a change are rejected, never fatal and never dropped silently: the
 sink stores them verbatim in `wait_reject` (with the reason) and logs their coordinates. A
@@ -27,12 +34,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from dispatcher.errors import WireFormatError
 from dispatcher.wire import (
     ORIGINAL_HEADERS,
+    WITHDRAWN,
     Headers,
     SourceRecord,
     encode_original_headers,
@@ -78,6 +86,8 @@ class WaitUpsert:
     group: str
     derived: bool = True
     """The wait id is Waitline's UUIDv5 of group and source coordinates (False: e.g. random)."""
+    generation: int | None = None
+    """WAITLINE_GENERATION: the group generation its writer owned the source partition in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +101,35 @@ class WaitDelete:
     wait_timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class WaitWithdraw:
+    """A withdrawal: deletes the wait id's row only if that generation wrote it."""
+
+    wait_topic: str
+    wait_id: uuid.UUID
+    wait_partition: int
+    wait_offset: int
+    wait_timestamp_ms: int
+    generation: int
+
+
 WaitChange = WaitUpsert | WaitDelete
 
 
-def supersedes(new: WaitChange, current: WaitChange) -> bool:
+def supersedes(new: WaitChange | WaitWithdraw, current: WaitChange | WaitWithdraw) -> bool:
     """Whether `new` is a later record of the same wait id than `current`.
 
-    Within one wait-topic partition the offset orders them (even if the writers' clocks
-    disagree). A wait id's records reach a second partition only when the topic grew; across
-    partitions the Kafka timestamp orders them, the partition number breaking a tie. The same
-    rule is the merge's SQL predicate (`connectors/sink.py`).
+    Two prepares that both carry a generation are ordered by it when it differs: a partition's
+    next owner has a higher one, so a prepare of the owner before it that lands late never
+    replaces the next owner's row. Otherwise, within one wait-topic partition the offset orders
+    them (even if the writers' clocks disagree). A wait id's records reach a second partition
+    only when the topic grew; across partitions the Kafka timestamp orders them, the partition
+    number breaking a tie. The same rule is the merge's SQL predicate (`connectors/sink.py`).
     """
+    if (isinstance(new, WaitUpsert) and isinstance(current, WaitUpsert)
+            and new.generation is not None and current.generation is not None
+            and new.generation != current.generation):
+        return new.generation > current.generation
     if new.wait_partition == current.wait_partition:
         return new.wait_offset > current.wait_offset
     return ((new.wait_timestamp_ms, new.wait_partition)
@@ -118,16 +146,46 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class MirrorPlan:
-    """At most one change per (wait topic, wait id), plus the rejected records."""
+    """Per (wait topic, wait id) at most one delete, then at most one upsert, then its
+    withdrawals, in the order the sink applies them; plus the rejected records."""
 
     upserts: tuple[WaitUpsert, ...]
     deletes: tuple[WaitDelete, ...]
     rejects: tuple[Reject, ...]
+    withdrawals: tuple[WaitWithdraw, ...] = ()
 
     def changes(self) -> Iterator[WaitChange]:
-        """Every change, deletes first (their order does not matter: one per wait id)."""
+        """The deletes and the upserts, deletes first: a wait id may have one of each (a
+        tombstone, then a later prepare), and the delete applies first."""
         yield from self.deletes
         yield from self.upserts
+
+
+@dataclass(slots=True)
+class _Planned:
+    """One wait id's changes so far in a batch: the latest tombstone, the best prepare after
+    it, and the withdrawals after it."""
+
+    closed: WaitDelete | None = None
+    opened: WaitUpsert | None = None
+    withdrawals: list[WaitWithdraw] = field(default_factory=list)
+
+    def add(self, change: WaitChange | WaitWithdraw) -> None:
+        # The same Kafka record delivered twice supersedes nothing: the first is kept.
+        if isinstance(change, WaitWithdraw):
+            if self.closed is None or supersedes(change, self.closed):
+                self.withdrawals.append(change)
+        elif isinstance(change, WaitDelete):
+            if self.closed is None or supersedes(change, self.closed):
+                self.closed = change
+                if self.opened is not None and supersedes(change, self.opened):
+                    self.opened = None
+                self.withdrawals = [w for w in self.withdrawals if not supersedes(change, w)]
+        elif ((self.closed is None or supersedes(change, self.closed))
+              and (self.opened is None or supersedes(change, self.opened))):
+            self.opened = change
+            # a withdrawal before it, of its own generation, was of an earlier row
+            self.withdrawals = [w for w in self.withdrawals if w.generation != change.generation]
 
 
 class _RejectedError(Exception):
@@ -139,7 +197,7 @@ def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None
 
     `group` is the dispatcher's consumer group; None derives it from a `<group>.wait` topic name.
     """
-    latest: dict[tuple[str, uuid.UUID], WaitChange] = {}
+    planned: dict[tuple[str, uuid.UUID], _Planned] = {}
     rejects: list[Reject] = []
     for event in events:
         try:
@@ -148,17 +206,46 @@ def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None
             rejects.append(Reject(event, str(exc)))
             continue
         slot = (change.wait_topic, change.wait_id)
-        current = latest.get(slot)
-        # The same Kafka record delivered twice supersedes nothing: the first is kept.
-        if current is None or supersedes(change, current):
-            latest[slot] = change
-    upserts = tuple(c for c in latest.values() if isinstance(c, WaitUpsert))
-    deletes = tuple(c for c in latest.values() if isinstance(c, WaitDelete))
-    return MirrorPlan(upserts=upserts, deletes=deletes, rejects=tuple(rejects))
+        if (one := planned.get(slot)) is None:
+            one = planned[slot] = _Planned()
+        one.add(change)
+    values = planned.values()
+    return MirrorPlan(
+        upserts=tuple(p.opened for p in values if p.opened is not None),
+        deletes=tuple(p.closed for p in values if p.closed is not None),
+        rejects=tuple(rejects),
+        withdrawals=tuple(w for p in values for w in p.withdrawals),
+    )
 
 
-def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitChange:
+def open_waits(events: Iterable[WaitEvent], *, dlq_topic: str,
+               group: str | None) -> tuple[dict[uuid.UUID, WaitUpsert], list[Reject]]:
+    """The rows the sink leaves open after mirroring `events` one record at a time, in their
+    order, and the records it would reject: the registry's rules in memory, for tools that read
+    a wait topic without PostgreSQL (the load-test harness, the tests' simulator)."""
+    rows: dict[uuid.UUID, WaitUpsert] = {}
+    rejects: list[Reject] = []
+    for event in events:
+        plan = plan_batch([event], dlq_topic=dlq_topic, group=group)
+        rejects.extend(plan.rejects)
+        for delete in plan.deletes:
+            if (row := rows.get(delete.wait_id)) is not None and supersedes(delete, row):
+                del rows[delete.wait_id]
+        for upsert in plan.upserts:
+            if (row := rows.get(upsert.wait_id)) is None or supersedes(upsert, row):
+                rows[upsert.wait_id] = upsert
+        for withdrawal in plan.withdrawals:
+            if (row := rows.get(withdrawal.wait_id)) is not None and (
+                    row.generation == withdrawal.generation):
+                del rows[withdrawal.wait_id]
+    return rows, rejects
+
+
+def _change_for(event: WaitEvent, *, dlq_topic: str,
+                group: str | None) -> WaitChange | WaitWithdraw:
     """The change one wait-topic record asks for; raises _RejectedError with the reason."""
+    if event.value is None and any(name == WITHDRAWN for name, _ in event.headers):
+        return _withdrawal(event)
     if event.value is None:
         return WaitDelete(
             wait_topic=event.wait_topic,
@@ -189,6 +276,25 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
         dlq_topic=dlq_topic,
         group=owner,
         derived=derived,
+        generation=entry.generation,
+    )
+
+
+def _withdrawal(event: WaitEvent) -> WaitWithdraw:
+    """A withdrawal (a null value with WAITLINE_WITHDRAWN): the prepare's headers tell its
+    generation."""
+    try:
+        entry = parse_wait_record(event.key, event.value, tuple(event.headers))
+    except (WireFormatError, ValueError, OverflowError) as exc:
+        raise _RejectedError(str(exc)) from exc
+    assert entry.generation is not None  # parse_wait_record refuses a withdrawal without one
+    return WaitWithdraw(
+        wait_topic=event.wait_topic,
+        wait_id=entry.wait_id,
+        wait_partition=event.partition,
+        wait_offset=event.offset,
+        wait_timestamp_ms=event.timestamp_ms,
+        generation=entry.generation,
     )
 
 
@@ -259,12 +365,13 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("dlq_topic", "text"),
     ("dispatcher_group", "text"),
     ("wait_id_derived", "boolean"),
+    ("writer_generation", "integer"),
 )
 
 StageValues = tuple[
     str, uuid.UUID, int, int, int, bool,
     str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
-    datetime | None, str | None, str | None, bool | None,
+    datetime | None, str | None, str | None, bool | None, int | None,
 ]  # fmt: skip
 
 
@@ -274,7 +381,7 @@ def stage_values(change: WaitChange) -> StageValues:
         return (
             change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset,
             change.wait_timestamp_ms, True,
-            None, None, None, None, None, None, None, None, None, None, None,
+            None, None, None, None, None, None, None, None, None, None, None, None,
         )  # fmt: skip
     source = change.source
     return (
@@ -282,7 +389,7 @@ def stage_values(change: WaitChange) -> StageValues:
         change.wait_timestamp_ms, False,
         source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
         change.headers_json, source.value, change.expires_at,
-        change.dlq_topic, change.group, change.derived,
+        change.dlq_topic, change.group, change.derived, change.generation,
     )  # fmt: skip
 
 

@@ -11,12 +11,17 @@ staging table and merges them:
   second DLQ record for a record the DLQ already holds). A row at the SAME offset is this very
   record, already mirrored: it is left untouched, so re-applying a batch after the sweep has
   sent the row's DLQ record does not reopen it.
+- a prepare with a generation (WAITLINE_GENERATION) never replaces a row of a higher one: it
+  was written by an owner of the record before the one that wrote the row (DESIGN.md,
+  "Rebalances"); between equal or missing generations the offset decides, as above.
 - a tombstone deletes the row only if the row's wait offset is lower than the tombstone's.
   Deletes are not remembered (that would keep a row for every record ever dispatched): a
   prepare older than an applied tombstone would reinsert its row, and later expire into a
   duplicate DLQ record. A wait id lives in one wait-topic partition and each partition is
   mirrored in offset order, so that takes two mirrors racing on one topic or a partition
   mirrored backwards.
+- a withdrawal deletes the row only if its own generation wrote it, after the batch's other
+  changes.
 - a rejected record goes to `wait_reject` with its reason (first reject kept) and is logged with
   its coordinates; the rest of the batch is applied.
 
@@ -62,8 +67,11 @@ _COPY_STAGE = f"COPY {_STAGE_TABLE} ({', '.join(_STAGE_NAMES)}) FROM STDIN (FORM
 
 
 def _supersedes(new: str, current: str) -> str:
-    """SQL: the record `new` is later than the row `current` (`connectors.rows.supersedes`)."""
-    return (f"CASE WHEN {current}.wait_partition = {new}.wait_partition"
+    """SQL: the record `new` is later than the row `current` (`connectors.rows.supersedes`; a
+    staged tombstone has no generation, so `<>` is NULL there and the offsets decide)."""
+    return (f"CASE WHEN {current}.writer_generation <> {new}.writer_generation"
+            f" THEN {current}.writer_generation < {new}.writer_generation"
+            f" WHEN {current}.wait_partition = {new}.wait_partition"
             f" THEN {current}.wait_offset < {new}.wait_offset"
             f" ELSE ({current}.wait_timestamp_ms, {current}.wait_partition)"
             f" < ({new}.wait_timestamp_ms, {new}.wait_partition) END")
@@ -92,6 +100,11 @@ WHERE {_supersedes("EXCLUDED", "wait")}
 RETURNING wait_id_derived
 """
 
+_DELETE_WITHDRAWN = """
+DELETE FROM wait
+WHERE wait_topic = %s AND wait_id = %s AND writer_generation = %s
+"""
+
 _INSERT_REJECT = f"""
 INSERT INTO wait_reject ({", ".join(REJECT_COLUMNS)})
 VALUES ({", ".join(["%s"] * len(REJECT_COLUMNS))})
@@ -101,13 +114,15 @@ ON CONFLICT (wait_topic, wait_partition, wait_offset) DO NOTHING
 
 @dataclass(frozen=True, slots=True)
 class MirrorResult:
-    """Rows this batch inserted or replaced, rows it deleted, records it rejected, and how many
-    of the rows it inserted or replaced have a wait id not derived from the group."""
+    """Rows this batch inserted or replaced, rows its tombstones deleted, records it rejected,
+    how many of the rows it inserted or replaced have a wait id not derived from the group, and
+    rows its withdrawals deleted."""
 
     upserted: int
     deleted: int
     rejected: int
     non_derived: int = 0
+    withdrawn: int = 0
 
 
 def apply_batch(
@@ -126,7 +141,7 @@ def apply_batch(
     _check_target(dlq_topic, group)
     plan = plan_batch(events, dlq_topic=dlq_topic, group=group)
     with conn.transaction(), conn.cursor() as cur:
-        upserted = deleted = non_derived = 0
+        upserted = deleted = non_derived = withdrawn = 0
         if plan.upserts or plan.deletes:
             cur.execute(_CREATE_STAGE)
             # A second batch inside one outer transaction must not see the first one's rows.
@@ -140,11 +155,15 @@ def apply_batch(
             cur.execute(_UPSERT_OPEN)
             flags = [derived for (derived,) in cur.fetchall()]
             upserted, non_derived = len(flags), flags.count(False)
+        for withdrawal in plan.withdrawals:  # rare: a revoke that gave up on a prepare
+            cur.execute(_DELETE_WITHDRAWN, (withdrawal.wait_topic, withdrawal.wait_id,
+                                            withdrawal.generation))
+            withdrawn += cur.rowcount
         if plan.rejects:
             cur.executemany(_INSERT_REJECT, [reject_values(r, group) for r in plan.rejects])
     _log_rejects(plan)
     return MirrorResult(upserted=upserted, deleted=deleted, rejected=len(plan.rejects),
-                        non_derived=non_derived)  # fmt: skip
+                        non_derived=non_derived, withdrawn=withdrawn)  # fmt: skip
 
 
 def _check_target(dlq_topic: str, group: str | None) -> None:

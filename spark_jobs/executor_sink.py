@@ -50,6 +50,7 @@ class PartitionOutcome:
     deleted: int = 0
     rejected: int = 0
     non_derived: int = 0
+    withdrawn: int = 0
     error: str | None = None
     unavailable: bool = False
 
@@ -85,6 +86,7 @@ def apply_partition(rows: Iterable[Row], target: SinkTarget) -> PartitionOutcome
     return PartitionOutcome(
         events_in=tally.events_in, newest_ms=tally.newest_ms, upserted=result.upserted,
         deleted=result.deleted, rejected=result.rejected, non_derived=result.non_derived,
+        withdrawn=result.withdrawn,
     )  # fmt: skip
 
 
@@ -128,12 +130,13 @@ def raise_failure(outcomes: Iterable[PartitionOutcome]) -> None:
 def summed(outcomes: Iterable[PartitionOutcome]) -> BatchOutcome:
     """The partitions' counts added up; the newest record time is the maximum."""
     tally = BatchTally()
-    upserted = deleted = rejected = non_derived = 0
+    upserted = deleted = rejected = non_derived = withdrawn = 0
     for outcome in outcomes:
         tally.count(outcome.events_in, outcome.newest_ms)
         upserted += outcome.upserted
         deleted += outcome.deleted
         rejected += outcome.rejected
         non_derived += outcome.non_derived
-    return BatchOutcome(tally, MirrorResult(upserted, deleted, rejected, non_derived))
+        withdrawn += outcome.withdrawn
+    return BatchOutcome(tally, MirrorResult(upserted, deleted, rejected, non_derived, withdrawn))
 

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from connectors.registry import TopicStats
 from connectors.sink import MirrorResult
 
-_CHANGES = ("upserted", "deleted", "rejected", "non_derived")  # MirrorResult's fields
+# MirrorResult's fields
+_CHANGES = ("upserted", "deleted", "rejected", "non_derived", "withdrawn")
 
 
 class ReconcileMetrics:
@@ -32,7 +33,8 @@ class ReconcileMetrics:
         self.changes = Counter(
             "waitline_reconcile_changes",
             "Registry changes by kind: upserted, deleted, rejected (unparseable, see wait_reject),"
-            " non_derived (wait ids not derived from the group: reference-format records).",
+            " non_derived (wait ids not derived from the group: reference-format records),"
+            " withdrawn (rows a pod withdrew after its revoke gave up on their prepare).",
             [*labels, "change"], registry=self.registry)
         self.mirror_lag = Gauge(
             "waitline_reconcile_mirror_lag_seconds",

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.rows import WaitEvent
 from connectors.sink import MirrorResult
+from dispatcher.wire import WITHDRAWN
 
 _CANONICAL_UUID = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -27,6 +28,7 @@ class CycleReport:
     deleted: int = 0
     rejected: int = 0
     non_derived: int = 0
+    withdrawn: int = 0
     expired_sent: int = 0
     parked: int = 0
     dlq_indexed: int = 0
@@ -40,6 +42,7 @@ class CycleReport:
         self.deleted += result.deleted
         self.rejected += result.rejected
         self.non_derived += result.non_derived
+        self.withdrawn += result.withdrawn
         self.lag_newest_s = lag_newest_s if lag_newest_s is not None else self.lag_newest_s
 
 
@@ -48,6 +51,8 @@ def pending_changes(batch: DataFrame) -> DataFrame:
 
     A record followed, in the same partition, by a tombstone of its key is dropped: the sink
     accepts every tombstone whose key is a canonical wait id, and that tombstone supersedes it.
+    A withdrawal (a tombstone with WAITLINE_WITHDRAWN) closes only its own generation's row, so
+    it drops nothing and keeps its headers, which tell the sink that generation.
     The tombstone itself and everything after it are kept. For the dispatcher's traffic (one
     prepare, one tombstone) this leaves the last record per key, and the prepare's body never
     reaches Python. Keeping records after the tombstone, rather than only the highest offset,
@@ -66,7 +71,9 @@ def pending_changes(batch: DataFrame) -> DataFrame:
     once the wait topic has grown — reach one sink task, which orders them (`supersedes`).
     """
     by_key = Window.partitionBy("partition", "key")  # clustered by key: no second shuffle
-    closes = F.col("value").isNull() & F.col("key").cast("string").rlike(_CANONICAL_UUID)
+    closes = (F.col("value").isNull() & F.col("key").cast("string").rlike(_CANONICAL_UUID)
+              # no headers at all (a tombstone written by hand) is a null array, not an empty one
+              & ~F.coalesce(F.exists("headers", lambda h: h["key"] == WITHDRAWN), F.lit(False)))
     is_last = F.col("offset") == F.max("offset").over(by_key)
     return (
         batch.select(

@@ -374,7 +374,7 @@ class ReconcileJob:
         log.info(
             "mirror batch applied", wait_topic=self.config.wait_topic, batch_id=batch_id,
             events_in=tally.events_in, upserted=result.upserted, deleted=result.deleted,
-            rejected=result.rejected, non_derived=result.non_derived,
+            rejected=result.rejected, non_derived=result.non_derived, withdrawn=result.withdrawn,
             mirror_lag_s=None if lag_s is None else round(lag_s, 3),
             elapsed_s=round(elapsed_s, 3),
             events_per_s=round(tally.events_in / max(elapsed_s, 1e-3)),

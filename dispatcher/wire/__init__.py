@@ -2,8 +2,12 @@
 
 Wait record (prepare): key = the wait id as UUID text; value = the original value bytes; headers,
 in this order: ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET, ORIGINAL_KEY (omitted for a
-null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME.
-Tombstone: the prepare's key and exactly the prepare's headers, null value.
+null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME, and
+WAITLINE_GENERATION (the group generation in which the writer owned the source partition) when
+the writer knows it.
+Tombstone: the prepare's key and exactly the prepare's headers, null value. Withdrawal: a
+tombstone with one more header, WAITLINE_WITHDRAWN "true": it closes the row of its own
+generation only (a writer that left the record to the next owner after writing its prepare).
 
 DLQ record: the original key and value (a null value stays null, an empty one empty: the DLQ is
 not compacted); headers = the original headers first, unchanged, so existing tools see them, then
@@ -45,6 +49,7 @@ from dispatcher.wire.encode import (
     tombstone_of,
     wait_record,
     wait_tombstone,
+    withdrawal_of,
 )
 from dispatcher.wire.fields import (
     decode_original_headers,
@@ -74,6 +79,8 @@ from dispatcher.wire.model import (
     WAIT_EXPIRATION_TIME,
     WAIT_EXPIRATION_UUID,
     WAIT_ID_NAMESPACE,
+    WITHDRAWN,
+    WRITER_GENERATION,
     DlqEntry,
     Failure,
     Headers,
@@ -101,6 +108,8 @@ __all__ = [
     "WAIT_EXPIRATION_TIME",
     "WAIT_EXPIRATION_UUID",
     "WAIT_ID_NAMESPACE",
+    "WITHDRAWN",
+    "WRITER_GENERATION",
     "DlqEntry",
     "Failure",
     "Headers",
@@ -124,4 +133,5 @@ __all__ = [
     "wait_record",
     "wait_tombstone",
     "with_idempotency_key",
+    "withdrawal_of",
 ]

@@ -28,6 +28,8 @@ from dispatcher.wire.model import (
     STACKTRACE,
     WAIT_EXPIRATION_TIME,
     WAIT_EXPIRATION_UUID,
+    WITHDRAWN,
+    WRITER_GENERATION,
     DlqEntry,
     Failure,
     Headers,
@@ -37,6 +39,7 @@ from dispatcher.wire.model import (
 
 _UNSIGNED = re.compile(r"[0-9]+")
 _SIGNED = re.compile(r"-?[0-9]+")
+_INT32_MAX = 2**31 - 1  # Kafka's generation id is an int32
 
 
 def parse_wait_record(
@@ -52,11 +55,23 @@ def parse_wait_record(
         raise WireFormatError(
             f"wait record key {wait_id} differs from its {WAIT_EXPIRATION_UUID} {header_id}"
         )
+    withdrawn = ours.optional(WITHDRAWN)
+    if withdrawn is not None and (withdrawn != "true" or value is not None):
+        raise WireFormatError(f'wait record: {WITHDRAWN} is only "true", on a null value')
+    generation = ours.optional(WRITER_GENERATION)
+    if generation is not None and not (_UNSIGNED.fullmatch(generation)
+                                       and int(generation) <= _INT32_MAX):
+        raise WireFormatError(f"wait record: {WRITER_GENERATION} is not a group generation: "
+                              f"{generation[:80]!r}")
+    if withdrawn is not None and generation is None:
+        raise WireFormatError(f"wait record: a withdrawal needs its {WRITER_GENERATION}")
     return WaitEntry(
         wait_id=wait_id,
         source=ours.source(key=decode_original_key(ours.optional(ORIGINAL_KEY)), value=value),
         expires_at=parse_expiration(ours.required(WAIT_EXPIRATION_TIME)),
         is_tombstone=value is None,
+        generation=None if generation is None else int(generation),
+        withdrawn=withdrawn is not None,
     )
 
 
@@ -107,6 +122,8 @@ class _OurHeaders:
             ORIGINAL_HEADERS,
             WAIT_EXPIRATION_UUID,
             WAIT_EXPIRATION_TIME,
+            WRITER_GENERATION,
+            WITHDRAWN,
             EXCEPTION,
             EXCEPTION_MESSAGE,
             STACKTRACE,

@@ -22,6 +22,8 @@ from dispatcher.wire.model import (
     STACKTRACE,
     WAIT_EXPIRATION_TIME,
     WAIT_EXPIRATION_UUID,
+    WITHDRAWN,
+    WRITER_GENERATION,
     Failure,
     Headers,
     OutgoingRecord,
@@ -30,14 +32,17 @@ from dispatcher.wire.model import (
 )
 
 
-def wait_record(source: SourceRecord, group: str, expires_at: datetime) -> OutgoingRecord:
-    """The prepare record for `source`; ValueError for a null value (send it to the DLQ)."""
+def wait_record(source: SourceRecord, group: str, expires_at: datetime, *,
+                generation: int | None = None) -> OutgoingRecord:
+    """The prepare record for `source`, written by the owner of its partition in the group's
+    `generation` (None: no WRITER_GENERATION header); ValueError for a null value (send it to
+    the DLQ)."""
     if source.value is None:
         raise ValueError(
             f"{source.topic}/{source.partition}/{source.offset} has a null value: "
             "it cannot be prepared, send it to the DLQ with NULL_VALUE_FAILURE"
         )
-    return _wait_topic_record(source, group, expires_at, source.value)
+    return _wait_topic_record(source, group, expires_at, source.value, generation=generation)
 
 
 def wait_tombstone(
@@ -53,6 +58,14 @@ def tombstone_of(prepare: OutgoingRecord) -> OutgoingRecord:
     `wait_tombstone(source, group, expires_at)` for the same arguments, without encoding the
     headers again — the dispatcher's hot path keeps the prepare and closes it with this."""
     return OutgoingRecord(key=prepare.key, value=None, headers=prepare.headers)
+
+
+def withdrawal_of(prepare: OutgoingRecord) -> OutgoingRecord:
+    """The withdrawal of `prepare` (a `wait_record` result with a generation): a tombstone that
+    closes only a row its own generation wrote, so it can never close the wait record of the
+    record's next owner (DESIGN.md, "Rebalances")."""
+    return OutgoingRecord(key=prepare.key, value=None,
+                          headers=(*prepare.headers, (WITHDRAWN, b"true")))
 
 
 def dlq_record(
@@ -110,6 +123,8 @@ def _wait_topic_record(
     expires_at: datetime,
     value: bytes | None,
     wait_id: uuid.UUID | None = None,
+    *,
+    generation: int | None = None,
 ) -> OutgoingRecord:
     if wait_id is None:
         wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
@@ -118,6 +133,8 @@ def _wait_topic_record(
         (WAIT_EXPIRATION_UUID, str(wait_id)),
         (WAIT_EXPIRATION_TIME, format_expiration(expires_at)),
     ]
+    if generation is not None:
+        headers.append((WRITER_GENERATION, str(generation)))
     return OutgoingRecord(
         key=str(wait_id).encode("ascii"), value=value, headers=_encode_texts(headers)
     )

@@ -14,6 +14,12 @@ ORIGINAL_TIMESTAMP = "ORIGINAL_TIMESTAMP"
 ORIGINAL_HEADERS = "ORIGINAL_HEADERS"
 WAIT_EXPIRATION_UUID = "WAIT_EXPIRATION_UUID"
 WAIT_EXPIRATION_TIME = "WAIT_EXPIRATION_TIME"
+# On a wait record: the consumer group generation in which its writer owned the source
+# partition (decimal). Orders the wait records of two owners of one record (connectors/rows.py).
+WRITER_GENERATION = "WAITLINE_GENERATION"
+# On a withdrawal (a null value, the prepare's headers and this one, "true"): the writer left the
+# record to the next owner after its wait record was written; it closes that generation's row only.
+WITHDRAWN = "WAITLINE_WITHDRAWN"
 EXCEPTION = "Exception"
 EXCEPTION_MESSAGE = "ExceptionMessage"
 STACKTRACE = "Stacktrace"
@@ -80,6 +86,10 @@ class WaitEntry:
     source: SourceRecord
     expires_at: datetime
     is_tombstone: bool
+    generation: int | None = None
+    """WRITER_GENERATION: None on a record written without it (older pods, other writers)."""
+    withdrawn: bool = False
+    """A withdrawal: a tombstone for the wait record of `generation` only (WITHDRAWN)."""
 
 
 @dataclass(frozen=True, slots=True)

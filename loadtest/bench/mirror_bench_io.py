@@ -23,9 +23,9 @@ from dispatcher.errors import ProduceError
 from dispatcher.wire import (
     OutgoingRecord,
     SourceRecord,
+    tombstone_of,
     wait_id_for,
     wait_record,
-    wait_tombstone,
 )
 from loadtest.bench.mirror_bench_core import (
     MirrorBenchError,
@@ -47,6 +47,7 @@ SAMPLE_EVERY_S = 0.1
 PROGRESS_EVERY_S = 5.0
 PACING_SLEEP_S = 0.005  # shorter sleeps cost more timer wake-ups than they smooth
 SOURCE_TOPIC = "mirror-bench-input"
+BENCH_GENERATION = 1  # the group generation its simulated pod wrote in
 EXPIRES_AFTER = timedelta(hours=1)  # far enough that the expiry sweep never fires mid-bench
 _NEWEST_VISIBLE = "SELECT max(original_offset) FROM wait WHERE wait_topic = %s"
 
@@ -76,10 +77,12 @@ class BenchTopic:
                             headers=(), timestamp_ms=self._source_ms)
 
     def prepare(self, ordinal: int) -> OutgoingRecord:
-        return wait_record(self.source(ordinal), self.group, self.expires_at)
+        # with a writer generation, as a pod writes it (the mirror parses and stores it)
+        return wait_record(self.source(ordinal), self.group, self.expires_at,
+                           generation=BENCH_GENERATION)
 
     def tombstone(self, ordinal: int) -> OutgoingRecord:
-        return wait_tombstone(self.source(ordinal), self.group, self.expires_at)
+        return tombstone_of(self.prepare(ordinal))
 
     def wait_id(self, ordinal: int) -> str:
         return str(wait_id_for(self.group, SOURCE_TOPIC, 0, ordinal))

@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
+from connectors.rows import WaitEvent, open_waits
 from dispatcher.wire import parse_dlq_record, parse_wait_record, wait_id_for
 from loadtest.harness.accounting import Coordinates
 from loadtest.harness.processes import HarnessError
@@ -22,7 +23,7 @@ READ_BATCH_TIMEOUT_MS = 1000
 @dataclass(frozen=True)
 class WaitTopicState:
     seen: frozenset[uuid.UUID]  # wait ids with any wait record
-    closed: frozenset[uuid.UUID]  # wait ids whose last wait record is a tombstone
+    closed: frozenset[uuid.UUID]  # wait ids the registry would not hold open
 
     @property
     def open(self) -> frozenset[uuid.UUID]:
@@ -68,19 +69,22 @@ async def _read_to_end(bootstrap: str, topic: str,
 
 
 async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopicState:
-    seen: set[uuid.UUID] = set()
-    closed: set[uuid.UUID] = set()
+    """Every wait id of `topic`, and those the registry would close, by its rules (a late
+    prepare of an earlier owner, a withdrawal: connectors/rows.py)."""
+    events: list[WaitEvent] = []
 
     def add(record: ConsumerRecord[bytes, bytes]) -> None:
-        entry = parse_wait_record(record.key, record.value, tuple(record.headers))
-        seen.add(entry.wait_id)
-        if entry.is_tombstone:
-            closed.add(entry.wait_id)
-        else:
-            closed.discard(entry.wait_id)
+        parse_wait_record(record.key, record.value, tuple(record.headers))  # ours, strictly
+        events.append(WaitEvent(record.topic, record.partition, record.offset, record.key,
+                                record.value, tuple(record.headers), record.timestamp))
 
     await _read_to_end(bootstrap, topic, add)
-    return WaitTopicState(frozenset(seen), frozenset(closed))
+    seen = frozenset(uuid.UUID((e.key or b"").decode()) for e in events)
+    rows, rejects = open_waits(events, dlq_topic=f"{topic}.dlq", group=None)
+    if rejects:  # e.g. a wait topic not named <group>.wait: nothing would look open
+        raise HarnessError(f"{topic}: the registry would reject {len(rejects)} wait records, "
+                           f"the first: {rejects[0].reason}")
+    return WaitTopicState(seen, seen - rows.keys())
 
 
 async def read_dlq_exceptions(bootstrap: str, topic: str,

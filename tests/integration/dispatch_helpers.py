@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
+from connectors.rows import WaitEvent, open_waits
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.settings import DispatchSettings, load_settings
 from dispatcher.wire import (
@@ -159,15 +160,23 @@ class WaitTopic:
 
 
 async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopic:
+    """Each wait id's prepares and tombstones, and whether the registry would close it (by its
+    rules: a late prepare of an earlier owner, a withdrawal; connectors/rows.py)."""
     state = WaitTopic()
-    for record in await read_topic(bootstrap, topic):
+    records = await read_topic(bootstrap, topic)
+    for record in records:
         entry = parse_wait_record(record.key, record.value, record.headers)
         if entry.is_tombstone:
             state.tombstones[entry.wait_id] += 1
         else:
             state.prepares[entry.wait_id] += 1
             state.first_prepare.setdefault(entry.wait_id, entry)
-        state.closed[entry.wait_id] = entry.is_tombstone
+    rows, rejects = open_waits(
+        (WaitEvent(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers),
+                   r.timestamp) for r in records), dlq_topic=f"{topic}.dlq", group=None)
+    assert not rejects, rejects
+    state.closed = {wait_id: wait_id not in rows
+                    for wait_id in (*state.prepares, *state.tombstones)}
     return state
 
 

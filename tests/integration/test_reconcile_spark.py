@@ -28,7 +28,14 @@ from reconcile_helpers import (
 from devstack.stack import PostgresService
 from dispatcher.errors import ConfigError
 from dispatcher.ports import free_port
-from dispatcher.wire import parse_dlq_record
+from dispatcher.wire import (
+    OutgoingRecord,
+    SourceRecord,
+    parse_dlq_record,
+    tombstone_of,
+    wait_record,
+    withdrawal_of,
+)
 from spark_jobs.config import ReconcileConfig, parse_kafka_options
 from spark_jobs.reconcile import ReconcileJob
 
@@ -162,6 +169,28 @@ def test_re_prepared_record_leaves_no_stale_row(spark: SparkSession, waits: Wait
     waits.produce([waits.close(source, LATER)])
     run_cycle(spark, waits.config())
     assert waits.open_wait_ids() == set()
+
+
+def test_a_withdrawal_closes_only_its_generations_row_in_any_batch(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    """The Spark side keeps a withdrawal (a tombstone with WAITLINE_WITHDRAWN) and its headers:
+    it must not drop, as a closing tombstone does, the next owner's prepare before it in the
+    batch. Record a: the late prepare of generation 7 and its withdrawal land while the next
+    owner (8) calls it. Record b: they land after the next owner's tombstone."""
+    a, b = waits.source(1), waits.source(2)
+
+    def by(generation: int, source: SourceRecord) -> OutgoingRecord:
+        return wait_record(source, waits.group, LATER, generation=generation)
+
+    waits.produce([by(8, a), by(7, a), withdrawal_of(by(7, a)),
+                   by(8, b), tombstone_of(by(8, b)), by(7, b), withdrawal_of(by(7, b))])
+    report = run_cycle(spark, waits.config())
+    assert waits.open_wait_ids() == {waits.wait_id(a)}
+    assert report.withdrawn == 1  # record b's late prepare; a's withdrawal found 8's row
+    with psycopg.connect(waits.dsn) as conn:
+        assert conn.execute("SELECT writer_generation FROM wait WHERE wait_topic = %s",
+                            (waits.wait_topic,)).fetchall() == [(8,)]
 
 
 def test_restart_from_checkpoint_resumes_without_loss_or_duplicates(

@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from connectors.rows import WaitEvent
 from connectors.sink import MirrorResult, apply_batch
-from dispatcher.wire import SourceRecord, wait_id_for, wait_record, wait_tombstone
+from dispatcher.wire import (
+    SourceRecord,
+    wait_id_for,
+    wait_record,
+    wait_tombstone,
+    withdrawal_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +55,17 @@ class WaitTopic:
 
     def prepare(
         self, source_offset: int, wait_offset: int, expires_at: datetime = EXPIRES, *,
-        partition: int = 0, at_ms: int = 0,
+        partition: int = 0, at_ms: int = 0, generation: int | None = None,
     ) -> WaitEvent:
-        record = wait_record(self.source(source_offset), self.group, expires_at)
+        record = wait_record(self.source(source_offset), self.group, expires_at,
+                             generation=generation)
         return WaitEvent(self.name, partition, wait_offset, record.key, record.value,
                          record.headers, timestamp_ms=at_ms)
+
+    def withdrawal(self, source_offset: int, wait_offset: int, generation: int) -> WaitEvent:
+        record = withdrawal_of(wait_record(self.source(source_offset), self.group, EXPIRES,
+                                           generation=generation))
+        return WaitEvent(self.name, 0, wait_offset, record.key, record.value, record.headers)
 
     def tombstone(self, source_offset: int, wait_offset: int, *, partition: int = 0,
                   at_ms: int = 0) -> WaitEvent:
@@ -235,6 +247,55 @@ def test_within_a_partition_the_offset_orders_even_against_the_clock(
     topic.apply(conn, [topic.prepare(1, 7, partition=2, at_ms=RETRY_MS)])
     topic.apply(conn, [topic.tombstone(1, 8, partition=2, at_ms=FIRST_ATTEMPT_MS)])
     assert open_waits(conn, topic) == {}
+
+
+def generations(conn: psycopg.Connection, topic: WaitTopic) -> dict[uuid.UUID, int | None]:
+    rows = conn.execute("SELECT wait_id, writer_generation FROM wait WHERE wait_topic = %s",
+                        (topic.name,)).fetchall()
+    conn.commit()
+    return dict(rows)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-batch", "batch-each"])
+def test_a_late_prepare_of_an_earlier_owner_neither_replaces_nor_reopens(
+    conn: psycopg.Connection, topic: WaitTopic, split: bool
+) -> None:
+    """Owner of generation 7 gave up on its prepare; the next owner (8) prepared record 1, and
+    the late prepare landed after it (record 1, still called by 8) and after the next owner's
+    tombstone (record 2): neither replaces the next owner's row nor stays open once withdrawn."""
+    stream = [topic.prepare(1, 0, generation=8), topic.prepare(1, 1, generation=7),
+              topic.withdrawal(1, 2, 7),
+              topic.prepare(2, 3, generation=8), topic.tombstone(2, 4),
+              topic.prepare(2, 5, generation=7)]
+    for batch in ([[e] for e in stream] if split else [stream]):
+        topic.apply(conn, batch)
+    assert generations(conn, topic) == {topic.wait_id(1): 8, topic.wait_id(2): 7}
+    assert open_waits(conn, topic)[topic.wait_id(1)] == 0  # the next owner's, untouched
+    result = topic.apply(conn, [topic.withdrawal(2, 6, 7)])
+    assert result == MirrorResult(upserted=0, deleted=0, rejected=0, withdrawn=1)
+    assert generations(conn, topic) == {topic.wait_id(1): 8}
+
+
+def test_a_withdrawal_closes_only_its_own_generations_row(
+    conn: psycopg.Connection, topic: WaitTopic
+) -> None:
+    topic.apply(conn, [topic.prepare(1, 0, generation=7), topic.prepare(2, 1)])
+    result = topic.apply(conn, [topic.withdrawal(1, 2, 6), topic.withdrawal(2, 3, 6)])
+    assert result.withdrawn == 0
+    assert topic.apply(conn, [topic.withdrawal(1, 4, 7)]).withdrawn == 1
+    assert generations(conn, topic) == {topic.wait_id(2): None}
+
+
+def test_a_prepare_without_a_generation_is_ordered_by_offset(
+    conn: psycopg.Connection, topic: WaitTopic
+) -> None:
+    """Rows from pods before the generation header, and such pods during a rolling upgrade:
+    the offset decides as before."""
+    topic.apply(conn, [topic.prepare(1, 0, generation=9)])
+    topic.apply(conn, [topic.prepare(1, 1)])
+    assert generations(conn, topic) == {topic.wait_id(1): None}
+    topic.apply(conn, [topic.prepare(1, 2, generation=3)])
+    assert generations(conn, topic) == {topic.wait_id(1): 3}
 
 
 def test_bad_records_are_stored_as_rejects_and_the_rest_is_applied(

@@ -33,6 +33,7 @@ from dispatcher.wire import (
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,
     WAIT_EXPIRATION_TIME,
+    WRITER_GENERATION,
     Headers,
     SourceRecord,
     decode_original_headers,
@@ -40,6 +41,7 @@ from dispatcher.wire import (
     wait_id_for,
     wait_record,
     wait_tombstone,
+    withdrawal_of,
 )
 
 pytestmark = pytest.mark.unit
@@ -156,11 +158,14 @@ def test_tombstone_after_prepare_in_one_batch_leaves_only_the_delete() -> None:
     assert result.deletes == (WaitDelete(WAIT_TOPIC, wait_id_of(src), 0, 2, 0),)
 
 
-def test_re_prepare_after_tombstone_in_one_batch_leaves_only_the_upsert() -> None:
+def test_re_prepare_after_tombstone_in_one_batch_deletes_then_upserts() -> None:
+    """The tombstone is kept beside the later prepare: it closes a row an earlier batch left
+    (a prepare of a higher generation would not be replaced by one of a lower)."""
     src = source()
     result = plan(prepare(src, 1), tombstone(src, 2), prepare(src, 3))
     assert [u.wait_offset for u in result.upserts] == [3]
-    assert result.deletes == ()
+    assert [d.wait_offset for d in result.deletes] == [2]
+    assert [type(c) for c in result.changes()] == [WaitDelete, WaitUpsert]
 
 
 def test_arrival_order_does_not_matter_only_offsets_do() -> None:
@@ -316,13 +321,14 @@ def build_stream(steps: list[Step]) -> list[WaitEvent]:
 
 
 def apply_to_model(state: dict[uuid.UUID, int], result: MirrorPlan) -> None:
-    """The merge rule sink.py runs in SQL: only a higher wait offset changes a row."""
-    for upsert in result.upserts:
-        if state.get(upsert.wait_id, -1) < upsert.wait_offset:
-            state[upsert.wait_id] = upsert.wait_offset
+    """The merge rule sink.py runs in SQL, deletes first: only a higher wait offset changes a
+    row."""
     for delete in result.deletes:
         if state.get(delete.wait_id, delete.wait_offset) < delete.wait_offset:
             del state[delete.wait_id]
+    for upsert in result.upserts:
+        if state.get(upsert.wait_id, -1) < upsert.wait_offset:
+            state[upsert.wait_id] = upsert.wait_offset
 
 
 steps_strategy = st.lists(
@@ -345,8 +351,9 @@ def test_any_batching_converges_to_the_last_valid_record_per_wait_id(
     rejected = 0
     for batch in batches:
         result = plan(*batch)
-        ids = [c.wait_id for c in result.changes()]
-        assert len(ids) == len(set(ids))
+        for changes in (result.deletes, result.upserts):  # at most one of each per wait id
+            ids = [c.wait_id for c in changes]
+            assert len(ids) == len(set(ids))
         rejected += len(result.rejects)
         apply_to_model(state, result)
 
@@ -357,6 +364,131 @@ def test_any_batching_converges_to_the_last_valid_record_per_wait_id(
             expected[wait_id] = wait_offset if step.is_prepare else -1
     assert state == {k: v for k, v in expected.items() if v >= 0}
     assert rejected == sum(not s.valid for s in steps) * (2 if replay else 1)
+
+
+# --- generations: a late prepare of an owner before, and its withdrawal --------------------
+
+
+def prepared_by(src: SourceRecord, wait_offset: int, generation: int | None) -> WaitEvent:
+    record = wait_record(src, GROUP, EXPIRES, generation=generation)
+    return WaitEvent(WAIT_TOPIC, 0, wait_offset, record.key, record.value, record.headers)
+
+
+def withdrawn_by(src: SourceRecord, wait_offset: int, generation: int) -> WaitEvent:
+    record = withdrawal_of(wait_record(src, GROUP, EXPIRES, generation=generation))
+    return WaitEvent(WAIT_TOPIC, 0, wait_offset, record.key, record.value, record.headers)
+
+
+def test_a_prepare_of_a_lower_generation_never_replaces_a_higher_ones() -> None:
+    src = source()
+    result = plan(prepared_by(src, 1, 8), prepared_by(src, 2, 7))
+    assert [(u.wait_offset, u.generation) for u in result.upserts] == [(1, 8)]
+    assert supersedes(plan(prepared_by(src, 1, 8)).upserts[0],
+                      plan(prepared_by(src, 2, 7)).upserts[0])  # a higher one, lower offset
+
+
+def test_a_prepare_without_a_generation_is_ordered_by_its_offset() -> None:
+    src = source()
+    assert [u.wait_offset for u in plan(prepared_by(src, 1, 8), prepared_by(src, 2, None)
+                                        ).upserts] == [2]
+
+
+def test_a_withdrawal_is_planned_after_the_batch_with_its_generation() -> None:
+    src = source()
+    result = plan(prepared_by(src, 1, 8), tombstone(src, 2), prepared_by(src, 3, 7),
+                  withdrawn_by(src, 4, 7))
+    assert [d.wait_offset for d in result.deletes] == [2]
+    assert [u.wait_offset for u in result.upserts] == [3]
+    assert [(w.wait_offset, w.generation) for w in result.withdrawals] == [(4, 7)]
+
+
+def test_a_withdrawal_before_a_tombstone_is_dropped_with_what_it_withdrew() -> None:
+    src = source()
+    result = plan(prepared_by(src, 1, 7), withdrawn_by(src, 2, 7), tombstone(src, 3))
+    assert result.withdrawals == ()
+    assert [d.wait_offset for d in result.deletes] == [3]
+
+
+def test_a_withdrawal_without_its_generation_is_rejected() -> None:
+    src = source()
+    event = withdrawn_by(src, 4, 7)
+    bare = dataclasses.replace(event, headers=tuple(
+        (n, v) for n, v in event.headers if n != WRITER_GENERATION))
+    assert "needs its WAITLINE_GENERATION" in the_reject(plan(bare)).reason
+
+
+def test_a_withdrawal_stages_nothing_and_a_prepare_stages_its_generation() -> None:
+    src = source()
+    (upsert,) = plan(prepared_by(src, 1, 7)).upserts
+    assert stage_values(upsert)[STAGE_NAMES.index("writer_generation")] == 7
+    assert list(plan(withdrawn_by(src, 2, 7)).changes()) == []
+
+
+Row = tuple[int, int | None]  # (wait offset, generation) of an open row
+
+
+def _apply(rows: dict[uuid.UUID, Row], result: MirrorPlan) -> None:
+    """What sink.py's SQL does with a plan: deletes, upserts, then withdrawals."""
+    def later(offset: int, generation: int | None, row: Row) -> bool:
+        if generation is not None and row[1] is not None and generation != row[1]:
+            return generation > row[1]
+        return offset > row[0]
+
+    for delete in result.deletes:
+        if (row := rows.get(delete.wait_id)) is not None and delete.wait_offset > row[0]:
+            del rows[delete.wait_id]
+    for upsert in result.upserts:
+        row = rows.get(upsert.wait_id)
+        if row is None or later(upsert.wait_offset, upsert.generation, row):
+            rows[upsert.wait_id] = (upsert.wait_offset, upsert.generation)
+    for withdrawal in result.withdrawals:
+        if (row := rows.get(withdrawal.wait_id)) is not None and row[1] == withdrawal.generation:
+            del rows[withdrawal.wait_id]
+
+
+owner_writes = st.lists(st.tuples(st.sampled_from(["prepare", "tombstone", "withdraw"]),
+                                  st.integers(1, 3)), max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(writes=owner_writes, cuts=st.lists(st.integers(0, 14), max_size=5))
+def test_any_batching_keeps_open_what_one_by_one_keeps_open(
+    writes: list[tuple[str, int]], cuts: list[int]
+) -> None:
+    """One wait id's prepares (by generation), tombstones and withdrawals, in any order and any
+    split into batches: a row the record-by-record mirror leaves open for an owner that may be
+    calling the record is open after the batched one too, from that generation or a higher
+    one. Batching may close, or leave open, a row of an owner that left the record uncalled:
+    either is safe."""
+    src = source()
+    events = []
+    for offset, (kind, generation) in enumerate(writes):
+        if kind == "prepare":
+            events.append(prepared_by(src, offset, generation))
+        elif kind == "tombstone":
+            events.append(tombstone(src, offset))
+        else:
+            events.append(withdrawn_by(src, offset, generation))
+    # Owners that left the record uncalled: those that withdrew, and those whose prepare lands
+    # after a newer owner's withdrawal (it was under way when their revoke gave up on it, and
+    # they withdraw it once acknowledged).
+    left = {generation for kind, generation in writes if kind == "withdraw"}
+    for index, (kind, generation) in enumerate(writes):
+        if kind == "prepare" and any(k == "withdraw" and g > generation
+                                     for k, g in writes[:index]):
+            left.add(generation)
+    one_by_one: dict[uuid.UUID, Row] = {}
+    for event in events:
+        _apply(one_by_one, plan(event))
+    bounds = [0, *sorted(c for c in cuts if c <= len(events)), len(events)]
+    batched: dict[uuid.UUID, Row] = {}
+    for a, b in itertools.pairwise(bounds):
+        _apply(batched, plan(*events[a:b]))
+    for wait_id, (_offset, generation) in one_by_one.items():
+        if generation in left:
+            continue
+        assert wait_id in batched
+        assert (batched[wait_id][1] or 0) >= (generation or 0)
 
 
 # --- property: a wait id's records in several partitions (the wait topic grew) -------------
@@ -388,8 +520,11 @@ def test_the_latest_record_wins_whatever_order_the_partitions_arrive_in(
         events.append(_located(event, partition, clock))
     latest = max(events, key=lambda e: (e.timestamp_ms, e.partition, e.offset))
     order.shuffle(events)
-    (change,) = plan(*events).changes()
+    *before, change = plan(*events).changes()
     assert (change.wait_partition, change.wait_offset) == (latest.partition, latest.offset)
+    # at most the latest tombstone before it, which closes what an earlier batch left open
+    assert [type(c) for c in before] in ([], [WaitDelete])
+    assert all(supersedes(change, c) for c in before)
 
 
 def test_within_a_partition_the_offset_wins_over_a_clock_that_went_back() -> None:

@@ -89,12 +89,12 @@ def test_the_partitions_outcomes_add_up() -> None:
     total = summed([
         PartitionOutcome(events_in=10, newest_ms=5, upserted=3, deleted=6, rejected=1,
                          non_derived=2),
-        PartitionOutcome(events_in=4, newest_ms=None, upserted=1, deleted=3),
-        PartitionOutcome(events_in=7, newest_ms=9, deleted=7),
+        PartitionOutcome(events_in=4, newest_ms=None, upserted=1, deleted=3, withdrawn=1),
+        PartitionOutcome(events_in=7, newest_ms=9, deleted=7, withdrawn=2),
     ])  # fmt: skip
     assert (total.tally.events_in, total.tally.newest_ms) == (21, 9)
     assert (total.result.upserted, total.result.deleted, total.result.rejected,
-            total.result.non_derived) == (4, 16, 1, 2)  # fmt: skip
+            total.result.non_derived, total.result.withdrawn) == (4, 16, 1, 2, 3)  # fmt: skip
 
 
 def test_an_unreachable_database_on_an_executor_is_raised_as_an_outage() -> None:

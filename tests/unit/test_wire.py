@@ -307,6 +307,45 @@ def test_tombstone_has_the_prepares_key_and_headers_and_a_null_value() -> None:
     )
 
 
+def test_a_prepare_carries_its_writers_generation_and_its_tombstone_too() -> None:
+    prepare = wire.wait_record(make_source(), "payments", EXPIRES_AT, generation=12)
+    assert prepare.headers[-1] == (wire.WRITER_GENERATION, b"12")
+    for record in (prepare, wire.tombstone_of(prepare)):
+        entry = wire.parse_wait_record(record.key, record.value, record.headers)
+        assert (entry.generation, entry.withdrawn) == (12, False)
+    bare = wire.wait_record(make_source(), "payments", EXPIRES_AT)
+    assert wire.WRITER_GENERATION not in dict(bare.headers)
+    assert wire.parse_wait_record(bare.key, bare.value, bare.headers).generation is None
+
+
+def test_a_withdrawal_is_the_tombstone_of_its_generation_marked_withdrawn() -> None:
+    prepare = wire.wait_record(make_source(), "payments", EXPIRES_AT, generation=3)
+    withdrawal = wire.withdrawal_of(prepare)
+    assert (withdrawal.key, withdrawal.value) == (prepare.key, None)
+    assert withdrawal.headers == (*prepare.headers, (wire.WITHDRAWN, b"true"))
+    entry = wire.parse_wait_record(withdrawal.key, withdrawal.value, withdrawal.headers)
+    assert (entry.is_tombstone, entry.withdrawn, entry.generation) == (True, True, 3)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (((wire.WRITER_GENERATION, b"-1"),), "is not a group generation"),
+    (((wire.WRITER_GENERATION, b"2147483648"),), "is not a group generation"),
+    (((wire.WRITER_GENERATION, b"7"), (wire.WITHDRAWN, b"yes")), 'is only "true"'),
+    (((wire.WITHDRAWN, b"true"),), "needs its WAITLINE_GENERATION"),
+])
+def test_a_bad_generation_or_withdrawal_is_named(extra: Headers, message: str) -> None:
+    tombstone = wire.wait_tombstone(make_source(), "payments", EXPIRES_AT)
+    with pytest.raises(WireFormatError, match=message):
+        wire.parse_wait_record(tombstone.key, None, (*tombstone.headers, *extra))
+
+
+def test_a_withdrawn_prepare_with_a_value_is_refused() -> None:
+    prepare = wire.wait_record(make_source(), "payments", EXPIRES_AT, generation=3)
+    with pytest.raises(WireFormatError, match='is only "true", on a null value'):
+        wire.parse_wait_record(prepare.key, prepare.value,
+                               (*prepare.headers, (wire.WITHDRAWN, b"true")))
+
+
 def test_a_null_value_cannot_be_prepared() -> None:
     with pytest.raises(ValueError, match="null value"):
         wire.wait_record(make_source(value=None), "payments", EXPIRES_AT)
