@@ -243,6 +243,13 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    def group_generation(self) -> int | None:
+        # aiokafka keeps the generation on its coordinator and sets it from the JoinGroup
+        # response before the listener hears of the assignment; it has no public accessor.
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        generation = getattr(coordinator, "generation", None)
+        return generation if isinstance(generation, int) and generation >= 0 else None
+
     def paused(self) -> set[TopicPartition]:
         return set(self._consumer.paused())
 

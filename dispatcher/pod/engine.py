@@ -92,6 +92,7 @@ class AtLeastOnceEngine:
         self._draining = False  # a stop came: see `left_at_stop`
         self._last_fetched_ms: int | None = None
         self._joined = False
+        self._owner_generation: int | None = None  # the group generation of our assignment
         self._next_partition = 0  # where the next fair fetch starts
         self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
             window.ordering)
@@ -220,7 +221,8 @@ class AtLeastOnceEngine:
         now = monotonic_s()
         for record in records:
             self._watermarks.track(key, record.offset)
-            ticket = RecordTicket(generation, record.timestamp, now)
+            ticket = RecordTicket(generation, record.timestamp, now,
+                                  owner_generation=self._owner_generation)
             self._unprepared[key][record.offset] = ticket
             turn = None
             if self._turns is not None and record.value is not None:
@@ -320,6 +322,7 @@ class AtLeastOnceEngine:
             await asyncio.sleep(REVOKE_COMMIT_RETRY_S)
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._owner_generation = self._consumer.group_generation()
         await read_committed(self._consumer, assigned, self._watermarks)
         self._joined = True
         log.info("partitions assigned: %s",

@@ -48,6 +48,7 @@ from dispatcher.wire import (
     idempotency_key_of,
     tombstone_of,
     wait_record,
+    withdrawal_of,
 )
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class RecordTicket:
     generation: int
     timestamp_ms: int
     fetched_at: float  # monotonic seconds
+    # The group generation its partition was assigned in: on its wait records, so the mirror
+    # orders them before the next owner's and a withdrawal closes only these.
+    owner_generation: int | None = None
     state: RecordState = RecordState.PREPARING
     done: DoneSignal = field(default_factory=DoneSignal)  # no prepare of it is in flight
     abandoned: bool = False  # its partition was revoked before it was called: not called here
@@ -189,14 +193,17 @@ class RecordPath:
         if ticket.abandoned:
             _left_to_the_next_owner(source)
             return
-        prepare = self._wait_record(source)
+        prepare = self._wait_record(source, ticket.owner_generation)
         too_large: Failure | None = None
         try:
             wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
         except RecordTooLargeError as exc:
             self._metrics.produce_errors.labels("wait").inc()
             too_large = Failure(RECORD_TOO_LARGE, str(exc))
-        if ticket.abandoned:  # revoked during the write
+        if ticket.abandoned:  # revoked during the write, which may have landed late, after the
+            # next owner's tombstone: withdrawn, it cannot reopen the record
+            if too_large is None:
+                await self._withdraw(prepare, wait_partition, ticket)
             _left_to_the_next_owner(source)
             return
         if too_large is not None:  # its DLQ record protects it
@@ -208,7 +215,9 @@ class RecordPath:
         called = await self._take_call_slot(source, prepare, wait_partition, ticket)
         if called is None:  # revoked or stopping while it waited: uncommitted, the next
             # owner calls it
-            if not ticket.abandoned:
+            if ticket.abandoned:  # a rewrite of it may have landed late, as above
+                await self._withdraw(prepare, wait_partition, ticket)
+            else:
                 # A stop, while this pod still owns the partition: close the wait record (no
                 # other owner can have written one yet), so a next owner that comes later than
                 # its expiration does not find it expired as if it was tried.
@@ -222,7 +231,8 @@ class RecordPath:
         wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
         trace.calling()
         outcome, latest = await self._call(source, wait_id, called, wait_partition,
-                                           lambda: self._partitions.still_ours(key, ticket))
+                                           lambda: self._partitions.still_ours(key, ticket),
+                                           generation=ticket.owner_generation)
         trace.called(outcome)
 
         # 4. Settle: the result or DLQ record, acknowledged.
@@ -275,7 +285,7 @@ class RecordPath:
         while not await self._calls.acquire(refresh_s, given_up):
             if given_up():
                 return None
-            prepare = await self._write_again(source, partition)
+            prepare = await self._write_again(source, partition, ticket.owner_generation)
         try:
             if self._rate is not None:
                 ticket.state = RecordState.AWAITING_TOKEN
@@ -284,7 +294,7 @@ class RecordPath:
                                                  given_up):
                     if given_up():
                         break
-                    prepare = await self._write_again(source, partition)
+                    prepare = await self._write_again(source, partition, ticket.owner_generation)
                     written_at = monotonic_s()
         except BaseException:
             self._calls.release()
@@ -295,8 +305,8 @@ class RecordPath:
         return prepare
 
     async def _call(self, source: SourceRecord, wait_id: str, prepare: OutgoingRecord,
-                    wait_partition: int, still_ours: Callable[[], bool],
-                    ) -> tuple[CallOutcome, OutgoingRecord]:
+                    wait_partition: int, still_ours: Callable[[], bool], *,
+                    generation: int | None) -> tuple[CallOutcome, OutgoingRecord]:
         """The outcome, and the newest wait record (the one its tombstone closes); releases the
         call slot. A probe is sent back to the line only while its partition is
         `still_ours()`: once revoked, another pod calls its key, so it ends with its timeout
@@ -319,7 +329,7 @@ class RecordPath:
             returned = True
             log.info("wait id %s: its probe call timed out and the circuit is still open: back "
                      "to the call line (once) instead of the DLQ", wait_id)
-            again = await self._call_again(source, wait_partition, still_ours)
+            again = await self._call_again(source, wait_partition, still_ours, generation)
             if again is None:  # revoked while it waited: its timeout is its outcome
                 log.info("wait id %s: its partition was revoked while it waited to be called "
                          "again; it goes to the DLQ with its timeout", wait_id)
@@ -327,7 +337,8 @@ class RecordPath:
             prepare = again
 
     async def _call_again(self, source: SourceRecord, partition: int,
-                          still_ours: Callable[[], bool]) -> OutgoingRecord | None:
+                          still_ours: Callable[[], bool],
+                          generation: int | None) -> OutgoingRecord | None:
         """A probe back in the call line: its wait record is written again for the wait to
         come (and again each `refresh_wait_record_s` of it), then it takes a slot and a token;
         None if its partition is revoked first (another pod owns its key)."""
@@ -337,7 +348,7 @@ class RecordPath:
             return not still_ours()
 
         while True:
-            prepare = await self._write_again(source, partition)
+            prepare = await self._write_again(source, partition, generation)
             if not await self._calls.acquire(refresh_s, given_up):
                 if given_up():
                     return None
@@ -349,11 +360,22 @@ class RecordPath:
             if given_up():
                 return None
 
-    async def _write_again(self, source: SourceRecord, partition: int) -> OutgoingRecord:
-        prepare = self._wait_record(source)
+    async def _write_again(self, source: SourceRecord, partition: int,
+                           generation: int | None) -> OutgoingRecord:
+        prepare = self._wait_record(source, generation)
         await self._writer.write(self._topics.wait_topic, prepare, partition)
         return prepare
 
-    def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
+    async def _withdraw(self, prepare: OutgoingRecord, partition: int,
+                        ticket: RecordTicket) -> None:
+        """Close the wait records this pod wrote for a record it leaves to the partition's next
+        owner. Its revoke stopped waiting for them, so one may land after the next owner's
+        tombstone; a plain tombstone could instead close the next owner's wait record while its
+        call runs. A withdrawal closes only a row of this pod's generation, and follows every
+        write of ours in the partition (DESIGN.md, "Rebalances")."""
+        if ticket.owner_generation is not None:
+            await self._writer.write(self._topics.wait_topic, withdrawal_of(prepare), partition)
+
+    def _wait_record(self, source: SourceRecord, generation: int | None) -> OutgoingRecord:
         expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)
-        return wait_record(source, self._topics.group, expires_at)
+        return wait_record(source, self._topics.group, expires_at, generation=generation)

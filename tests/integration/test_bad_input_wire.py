@@ -73,6 +73,9 @@ async def test_null_binary_and_one_megabyte_inputs_each_get_a_clear_outcome(
     # Binary keys, binary and repeated headers survive the wait topic exactly.
     assert wait.first_prepare[binary_id].source == binary
     assert wait.first_prepare[large_id].source == large
+    # The group generation aiokafka joined in (read from its coordinator: no public accessor).
+    (generation,) = {wait.first_prepare[i].generation for i in (binary_id, large_id)}
+    assert isinstance(generation, int) and generation >= 1
 
 
 @pytest.mark.parametrize("mode", ["at-least-once", "batch"])

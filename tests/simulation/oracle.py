@@ -7,9 +7,11 @@ Each check returns the violations it found, one line each, naming the record and
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
+from registry import open_rows
 from simkafka import SimRecord
 from world import GROUP, INPUT, Call, RunLog
 
@@ -232,17 +234,19 @@ def never_called_after_swept(log: RunLog) -> list[str]:
 
 
 def _swept_writers(log: RunLog) -> dict[str, str]:
-    """For each swept wait id, the pod that wrote the wait record the sweep found open."""
-    open_by: dict[str, str] = {}
+    """For each swept wait id, the pod that wrote the wait record the sweep found open: the
+    registry's row as the records written up to that sweep left it."""
+    records = log.cluster.records(log.topics.wait_topic)
     writers: dict[str, str] = {}
-    for record in log.cluster.records(log.topics.wait_topic):
-        wait_id = (record.key or b"").decode()
-        if record.written_by == "sweep" and wait_id in open_by:
-            writers[wait_id] = open_by[wait_id]
-        if record.value is None:
-            open_by.pop(wait_id, None)
-        else:
-            open_by[wait_id] = record.written_by
+    for at in sorted({r.written_at for r in records if r.written_by == "sweep"}):
+        before = (r for r in records
+                  if r.written_at < at or (r.written_at == at and r.written_by != "sweep"))
+        rows = open_rows(before, dlq_topic=log.topics.dlq_topic, group=GROUP)
+        for record in records:
+            if record.written_by == "sweep" and record.written_at == at:
+                row = rows.get(uuid.UUID((record.key or b"").decode()))
+                if row is not None:
+                    writers[str(row.change.wait_id)] = row.record.written_by
     return writers
 
 

@@ -179,6 +179,7 @@ class SimConsumer:
         self._paused: set[TopicPartition] = set()
         self._positions: dict[TopicPartition, int] = {}
         self._rebalancing = False
+        self._generation: int | None = None
         self.dead = False
 
     # what the group tells it
@@ -191,6 +192,7 @@ class SimConsumer:
         self._paused = set()
 
     def assigned(self, assignment: set[TopicPartition]) -> None:
+        self._generation = self._cluster.generation
         self._assignment = set(assignment)
         self._paused &= self._assignment
         for tp in assignment:
@@ -209,6 +211,9 @@ class SimConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
+
+    def group_generation(self) -> int | None:
+        return self._generation
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)

@@ -14,14 +14,13 @@ import itertools
 import zlib
 from collections import Counter
 
-import pytest
 from cases import answer, by_value, calls_per_record, committed_to_end, inputs, open_calls
 from oracle import check
-from simkafka import SimCluster, SimConsumer
+from simkafka import SimCluster, SimConsumer, SimRecord
 from world import INPUT, BeforeWrite, Call, Input, RunLog, World, quiet, simulate, until
 
 from dispatcher.kafka.seam import TopicPartition
-from dispatcher.wire import OutgoingRecord
+from dispatcher.wire import WITHDRAWN, OutgoingRecord
 
 # the pod's defaults: deadline 60 s, rebalance timeout twice it plus 30 s, expiration 1 h
 DEFAULTS = {"deadline": 60.0, "rebalance_timeout": 150.0, "wait_expiration": 3600.0}
@@ -39,6 +38,10 @@ def delayed_prepares(delays: dict[bytes, float]) -> BeforeWrite:
                     await asyncio.sleep(delay_s)
 
     return before_write
+
+
+def header(record: SimRecord, name: str) -> bytes | None:
+    return next((value for key, value in record.headers if key == name), None)
 
 
 def repeated(log: RunLog) -> dict[bytes | None, int]:
@@ -149,12 +152,58 @@ def test_a_prepare_that_outlives_the_revoke_is_called_once_by_the_next_owner() -
     assert all(offsets[value][0] == 1 and offsets[value][1] > 3 for value in repeated(log))
 
 
-@pytest.mark.xfail(reason="found here (issue 32, 'a wait-record write that can land after a "
-                   "revoke'): the first pod's late prepare lands after the next owner's "
-                   "tombstone and reopens the record, which the sweep then expires into the DLQ "
-                   "though it was called", strict=True)
 def test_a_prepare_that_outlives_the_revoke_leaves_no_record_open() -> None:
+    """Found here (issue 32, 'a wait-record write that can land after a revoke'): the first
+    pod's late prepare landed after the next owner's tombstone and reopened the record, which
+    the sweep then expired into the DLQ though it was called. The first pod now withdraws it
+    once it is acknowledged (a tombstone for its own generation's row only)."""
     log = _slow_prepare_during_a_rebalance({"rebalance_timeout": 8.0}, 7.0)
+    slow = by_value(log)[b"slow"]
+    ours = [r for r in log.cluster.records(log.topics.wait_topic)
+            if (r.key or b"").decode() == slow]
+    assert [(r.written_by, r.value is None, header(r, WITHDRAWN)) for r in ours] == [
+        ("b#2", False, None), ("b#2", True, None),  # the next owner: prepare, call, tombstone
+        ("a#1", False, None),  # the late prepare, after it
+        ("a#1", True, b"true"),  # and its withdrawal
+    ]
+    assert slow not in log.swept
+    assert check(log) == []
+
+
+def test_a_late_prepare_never_closes_the_next_owners_open_wait() -> None:
+    """The first pod's late prepare (and then its withdrawal) lands while the next owner's call
+    of the record runs. The next owner is then killed mid-call, with the record committed: the
+    record's only protection is the next owner's wait record, which must still be open, so the
+    sweep sends the record to the DLQ. A withdrawal that closed whatever row it found, or a late
+    prepare that replaced the next owner's row, would lose it."""
+    async def kill_mid_call(world: World) -> None:
+        await until(lambda: bool(started))
+        await world.start_pod("b")
+        slow = by_value(world.log)[b"slow"]
+        await until(lambda: any(r.written_by == "a#1" and header(r, WITHDRAWN)
+                                for r in world.cluster.records(world.topics.wait_topic)))
+        assert [c.pod for c in world.log.calls if c.wait_id == slow and c.ended is None] == [
+            "b#2"], "the next owner's call must be running when the withdrawal lands"
+        await asyncio.sleep(1.0)  # the next owner's commit passes the record
+        await world.kill("b")
+
+    started: list[float] = []
+
+    async def before_write(world: World, _pod: str, topic: str, record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value == b"slow" and not started:
+            started.append(world.now)
+            await asyncio.sleep(7.0)
+
+    log = simulate(quiet(
+        {**DEFAULTS, "concurrency": 4, "rebalance_timeout": 8.0, "commit_interval": 0.2},
+        partitions=2, script=kill_mid_call, before_write=before_write,
+        inputs=[Input(f"k{i}".encode(), b"slow" if (p, i) == (1, 3) else b"ok-%d-%d" % (p, i),
+                      partition=p) for p in (0, 1) for i in range(30)],
+        handle=answer(lambda v: 30.0 if v == b"slow" else 0.3)))
+
+    slow = by_value(log)[b"slow"]
+    assert [c.pod for c in log.calls if c.wait_id == slow] == ["b#2"]
+    assert slow in log.swept, "the next owner's wait record was closed while its call ran"
     assert check(log) == []
 
 

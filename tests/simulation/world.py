@@ -15,12 +15,14 @@ import asyncio
 import contextlib
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import looptime
+from registry import Row, open_rows
 from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
 
 from dispatcher.handlers.loader import LoadedHandler
@@ -34,7 +36,6 @@ from dispatcher.wire import (
     Failure,
     OutgoingRecord,
     dlq_record,
-    parse_wait_record,
     wait_tombstone,
 )
 
@@ -435,25 +436,22 @@ class World:
         """The reconciliation job's expiry, as DESIGN.md gives it: an open wait past its
         expiration gets a DLQ record (ExpiredRecordException), then a tombstone."""
         now = datetime.fromtimestamp(self.wall(), UTC)
-        for entry in self.open_waits().values():
+        for row in self.open_waits().values():
+            entry = row.change
             if entry.expires_at <= now:
                 failure = Failure(EXPIRED, "expired (simulated sweep)")
                 dlq = dlq_record(entry.source, GROUP, failure, wait_id=entry.wait_id)
                 self.cluster.append(self.topics.dlq_topic, 0, dlq, written_by="sweep")
                 tomb = wait_tombstone(entry.source, GROUP, entry.expires_at,
                                       wait_id=entry.wait_id)
-                self.cluster.append(self.topics.wait_topic, 0, tomb, written_by="sweep")
+                self.cluster.append(self.topics.wait_topic, row.record.partition, tomb,
+                                    written_by="sweep")
                 self.log.swept[str(entry.wait_id)] = self.now
 
-    def open_waits(self) -> dict[bytes, Any]:
-        latest: dict[bytes, Any] = {}
-        for record in self.cluster.records(self.topics.wait_topic):
-            entry = parse_wait_record(record.key, record.value, record.headers)
-            if entry.is_tombstone:
-                latest.pop(record.key or b"", None)
-            else:
-                latest[record.key or b""] = entry
-        return latest
+    def open_waits(self) -> dict[uuid.UUID, Row]:
+        """The registry's open rows: the wait topic as the reconciliation job mirrors it."""
+        return open_rows(self.cluster.records(self.topics.wait_topic),
+                         dlq_topic=self.topics.dlq_topic, group=GROUP)
 
     async def event(self, what: str) -> None:
         names = sorted(self._live)
