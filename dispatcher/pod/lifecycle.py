@@ -239,7 +239,8 @@ class RecordPath:
     async def dead_letter_unreadable(self, source: SourceRecord, failure: Failure,
                                      ticket: RecordTicket) -> None:
         """The path of a record the Kafka client cannot parse: a reference DLQ record (its
-        coordinates) makes it committable."""
+        coordinates) makes it committable. Its span has no parent: its headers are unread."""
+        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off
         ticket.state = RecordState.DEAD_LETTERING
         try:
             await self._outcomes.reference(source, failure)
@@ -248,6 +249,7 @@ class RecordPath:
             self._partitions.fail(exc, f"cannot write the DLQ record of unreadable "
                                        f"{source.topic}/{source.partition}@{source.offset}")
         finally:
+            trace.end()
             ticket.state = RecordState.ENDED
             ticket.left_the_line()
 

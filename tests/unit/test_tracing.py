@@ -20,12 +20,18 @@ from opentelemetry.trace import SpanKind, StatusCode
 from typer.testing import CliRunner
 
 from dispatcher import tracing
-from dispatcher.call.contract import CallOutcome
+from dispatcher.call.contract import CallOutcome, CallRequest
 from dispatcher.cli import app
 from dispatcher.errors import ConfigError, RecordTooLargeError
+from dispatcher.kafka.seam import TopicPartition
 from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.fetching import unreadable_reference
+from dispatcher.pod.lifecycle import RecordPath, RecordTicket
 from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settings import Mode, WindowConfig
 from dispatcher.pod.settle import OutcomeWriter
+from dispatcher.pod.watermark import TopicPartitionKey
+from dispatcher.pod.window import CallSlots
 from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for
 
 pytestmark = pytest.mark.unit
@@ -261,3 +267,86 @@ async def test_a_reference_dlq_record_continues_the_records_trace(
     (reference,) = writer.written
     assert dict(reference.headers)["traceparent"] == (
         f"00-{TRACE_ID}-{format(record_span, '016x')}-01").encode()
+
+
+class _Written:
+    """Acknowledged writes that keep what they were given."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, OutgoingRecord]] = []
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        self.written.append((topic, record))
+        return 0
+
+
+class _NeverCalled:
+    """A counterparty no test here reaches."""
+
+    async def call(self, request: CallRequest) -> CallOutcome:
+        raise AssertionError(f"called for {request.wait_id}")
+
+
+class _Partitions:
+    """The engine's bookkeeping as a record's path sees it: every record stays ours."""
+
+    def __init__(self) -> None:
+        self.committed: list[tuple[TopicPartitionKey, int]] = []
+
+    def committable(self, key: TopicPartitionKey, offset: int, ticket: RecordTicket) -> None:
+        self.committed.append((key, offset))
+
+    def still_ours(self, key: TopicPartitionKey, ticket: RecordTicket) -> bool:
+        return True
+
+    def left_at_stop(self, source: SourceRecord) -> bool:
+        return False
+
+    def slot_free_for_tombstone(self) -> None:
+        pass
+
+    def fail(self, exc: BaseException, what: str) -> None:
+        raise AssertionError(what) from exc
+
+
+async def test_a_record_the_kafka_client_cannot_parse_gets_a_span_its_dlq_record_continues(
+        spans: InMemorySpanExporter) -> None:
+    """The engine wrote an unreadable record's reference DLQ record with no span around it: it
+    was the one record with no trace. Now it gets its record span (its headers cannot be read,
+    so no parent), with its coordinates and outcome, and its DLQ record carries that span's
+    traceparent, as every DLQ record does."""
+    topics = TopicConfig(input_topics=("orders",), group="payments", wait_topic="payments.wait",
+                         dlq_topic="payments.dlq", result_topic=None, create_missing=False,
+                         delete_retention_s=1.0)
+    writer, partitions = _Written(), _Partitions()
+    path = RecordPath(writer=writer, counterparty=_NeverCalled(), topics=topics,
+                      window=WindowConfig(mode=Mode.AT_LEAST_ONCE, concurrency=1,
+                                          wait_expiration_s=300.0, commit_interval_s=1.0,
+                                          drain_grace_s=1.0),
+                      metrics=DispatcherMetrics(), calls=CallSlots(lambda: 1),
+                      partitions=partitions, clock=lambda: 1_700_000_000.0)
+    source, failure = unreadable_reference(TopicPartition("orders", 3), 42,
+                                           UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"))
+    ticket = RecordTicket(generation=1, timestamp_ms=0, fetched_at=0.0)
+
+    await path.dead_letter_unreadable(source, failure, ticket)
+
+    (span,) = spans.get_finished_spans()
+    assert (span.name, span.kind, span.parent) == ("process orders", SpanKind.CONSUMER, None)
+    assert span.attributes is not None
+    assert (span.attributes["messaging.destination.name"],
+            span.attributes["messaging.destination.partition.id"],
+            span.attributes["messaging.kafka.offset"]) == ("orders", "3", 42)
+    assert span.attributes["waitline.wait_id"] == str(wait_id_for("payments", "orders", 3, 42))
+    assert span.attributes["waitline.outcome"] == "UnreadableRecordError"
+    assert [(e.name, dict(e.attributes or {})) for e in span.events] == [(
+        "outcome", {"waitline.outcome": "UnreadableRecordError",
+                    "messaging.destination.name": "payments.dlq"})]
+    ((topic, reference),) = writer.written
+    assert topic == "payments.dlq"
+    assert dict(reference.headers)["traceparent"] == (
+        f"00-{format(span.context.trace_id, '032x')}-{format(span.context.span_id, '016x')}"
+        f"-{span.context.trace_flags:02x}").encode()
+    assert partitions.committed == [(("orders", 3), 42)]
+    assert ticket.ended
