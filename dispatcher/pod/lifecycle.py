@@ -39,7 +39,7 @@ from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
 from dispatcher.pod.window import CallSlots
-from dispatcher.tracing import RecordTrace, record_trace
+from dispatcher.tracing import RecordTrace, record_trace, traced_prepare
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
@@ -358,4 +358,5 @@ class RecordPath:
 
     def _wait_record(self, source: SourceRecord) -> OutgoingRecord:
         expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)
-        return wait_record(source, self._topics.group, expires_at)
+        # with the record span's trace headers (tracing on, sampled): the expiry's DLQ record
+        return traced_prepare(wait_record(source, self._topics.group, expires_at))

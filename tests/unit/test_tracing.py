@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -32,7 +33,7 @@ from dispatcher.pod.settings import Mode, WindowConfig
 from dispatcher.pod.settle import OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
 from dispatcher.pod.window import CallSlots
-from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for
+from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for, wait_record
 
 pytestmark = pytest.mark.unit
 
@@ -118,6 +119,24 @@ def test_a_trace_left_mid_call_closes_both_spans(spans: InMemorySpanExporter) ->
     assert tracing.current_headers() == {}, "the record's context is detached"
 
 
+def test_a_sampled_records_wait_record_carries_its_spans_w3c_headers(
+        spans: InMemorySpanExporter) -> None:
+    """The prepare keeps the record span's traceparent and tracestate after its own headers:
+    the mirror stores them, and the expiry sweep's DLQ record continues the trace with them."""
+    original = source((("traceparent", TRACEPARENT.encode()), ("tracestate", b"vendor=7")))
+    prepare = wait_record(original, "payments", datetime(2030, 1, 1, tzinfo=UTC))
+    trace = tracing.record_trace(original, "payments")
+    traced = tracing.traced_prepare(prepare)
+    trace.end()
+
+    record_span = by_name(spans)["process orders"].context.span_id
+    assert (traced.key, traced.value) == (prepare.key, prepare.value)
+    assert traced.headers == (
+        *prepare.headers, ("traceparent", f"00-{TRACE_ID}-{record_span:016x}-01".encode()),
+        ("tracestate", b"vendor=7"))
+    assert tracing.traced_prepare(prepare) is prepare, "outside a record's span: no headers"
+
+
 def test_a_record_not_sampled_exports_nothing_and_passes_its_context_on() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ALWAYS_OFF)
@@ -128,6 +147,8 @@ def test_a_record_not_sampled_exports_nothing_and_passes_its_context_on() -> Non
         trace.prepared()
         trace.calling()
         sent = tracing.http_headers({})
+        prepare = OutgoingRecord(b"k", b"v", ())
+        assert tracing.traced_prepare(prepare) is prepare, "a record not sampled: no header"
         trace.called(CallOutcome(ok=True, status=200, attempts=1, elapsed_s=0.1, failure=None))
         trace.end()
     finally:
@@ -159,6 +180,8 @@ def test_off_every_helper_gives_back_what_it_was_given() -> None:
     assert tracing.record_trace(original, "payments") is tracing.NO_TRACE
     assert tracing.http_headers(request) is request
     assert tracing.dead_letter_source(original) is original
+    prepare = wait_record(original, "payments", datetime(2030, 1, 1, tzinfo=UTC))
+    assert tracing.traced_prepare(prepare) is prepare
     assert tracing.replay_headers(original.headers, "orders") is original.headers
     assert tracing.result_headers() == ()
     assert tracing.current_headers() == {}
