@@ -33,6 +33,7 @@ from datetime import datetime
 from dispatcher.errors import WireFormatError
 from dispatcher.wire import (
     ORIGINAL_HEADERS,
+    TRACE_HEADERS,
     Headers,
     SourceRecord,
     encode_original_headers,
@@ -78,6 +79,9 @@ class WaitUpsert:
     group: str
     derived: bool = True
     """The wait id is Waitline's UUIDv5 of group and source coordinates (False: e.g. random)."""
+    trace_headers_json: str | None = None
+    """The prepare's own W3C trace headers (its record span's) in ORIGINAL_HEADERS form; None:
+    the record was not traced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +193,14 @@ def _change_for(event: WaitEvent, *, dlq_topic: str, group: str | None) -> WaitC
         dlq_topic=dlq_topic,
         group=owner,
         derived=derived,
+        trace_headers_json=_trace_headers_json(event.headers),
     )
+
+
+def _trace_headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str | None:
+    """The W3C trace headers a traced record's prepare carries, as ORIGINAL_HEADERS JSON."""
+    found = tuple((name, value) for name, value in headers if name in TRACE_HEADERS)
+    return encode_original_headers(found) if found else None
 
 
 def _resolve_group(wait_topic: str, group: str | None) -> str:
@@ -259,12 +270,13 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("dlq_topic", "text"),
     ("dispatcher_group", "text"),
     ("wait_id_derived", "boolean"),
+    ("trace_headers", "json"),
 )
 
 StageValues = tuple[
     str, uuid.UUID, int, int, int, bool,
     str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
-    datetime | None, str | None, str | None, bool | None,
+    datetime | None, str | None, str | None, bool | None, str | None,
 ]  # fmt: skip
 
 
@@ -274,7 +286,7 @@ def stage_values(change: WaitChange) -> StageValues:
         return (
             change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset,
             change.wait_timestamp_ms, True,
-            None, None, None, None, None, None, None, None, None, None, None,
+            None, None, None, None, None, None, None, None, None, None, None, None,
         )  # fmt: skip
     source = change.source
     return (
@@ -282,7 +294,7 @@ def stage_values(change: WaitChange) -> StageValues:
         change.wait_timestamp_ms, False,
         source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
         change.headers_json, source.value, change.expires_at,
-        change.dlq_topic, change.group, change.derived,
+        change.dlq_topic, change.group, change.derived, change.trace_headers_json,
     )  # fmt: skip
 
 

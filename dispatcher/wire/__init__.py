@@ -55,6 +55,7 @@ from dispatcher.wire.fields import (
     idempotency_key_of,
     parse_expiration,
     with_idempotency_key,
+    with_trace_headers,
 )
 from dispatcher.wire.model import (
     DISPATCHER_GROUP,
@@ -71,6 +72,7 @@ from dispatcher.wire.model import (
     ORIGINAL_TIMESTAMP,
     ORIGINAL_TOPIC,
     STACKTRACE,
+    TRACE_HEADERS,
     WAIT_EXPIRATION_TIME,
     WAIT_EXPIRATION_UUID,
     WAIT_ID_NAMESPACE,
@@ -98,6 +100,7 @@ __all__ = [
     "ORIGINAL_TIMESTAMP",
     "ORIGINAL_TOPIC",
     "STACKTRACE",
+    "TRACE_HEADERS",
     "WAIT_EXPIRATION_TIME",
     "WAIT_EXPIRATION_UUID",
     "WAIT_ID_NAMESPACE",
@@ -124,4 +127,5 @@ __all__ = [
     "wait_record",
     "wait_tombstone",
     "with_idempotency_key",
+    "with_trace_headers",
 ]
