@@ -148,8 +148,11 @@ def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
 def to_tombstone(row: ExpiredWait) -> tuple[int, OutgoingRecord]:
     """The wait-topic partition and tombstone that close an expired row once its DLQ record is
     acknowledged: the prepare's partition (compaction and the mirror's order are per partition,
-    and a grown topic would hash the key elsewhere), its key, null value, its headers."""
+    and a grown topic would hash the key elsewhere), its key, null value, its headers (trace
+    headers included)."""
     record = wait_tombstone(row.source, row.group, row.expires_at, wait_id=row.wait_id)
+    if row.trace_headers:
+        record = OutgoingRecord(record.key, None, (*record.headers, *row.trace_headers))
     return row.wait_partition, record
 
 

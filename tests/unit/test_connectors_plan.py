@@ -30,7 +30,7 @@ from connectors.rows import (
     stage_values,
     supersedes,
 )
-from connectors.source import EXPIRED_EXCEPTION, ExpiredWait, to_dlq
+from connectors.source import EXPIRED_EXCEPTION, ExpiredWait, to_dlq, to_tombstone
 from dispatcher.wire import (
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,
@@ -327,6 +327,14 @@ def test_an_expirys_dlq_record_continues_the_trace_its_wait_record_kept() -> Non
     assert entry.source == dataclasses.replace(src, headers=(("tenant", b"acme"), *TRACE))
     assert entry.failure.exception == EXPIRED_EXCEPTION
     assert record.headers[:3] == (("tenant", b"acme"), *TRACE)  # what a tracer reads first
+
+
+def test_the_sweeps_tombstone_of_a_traced_wait_has_exactly_its_prepares_headers() -> None:
+    src = source()
+    event = traced(prepare(src, 4))
+    partition, tombstone = to_tombstone(expired(src, TRACE))
+    assert (partition, tombstone.key, tombstone.value, tombstone.headers) == (
+        event.partition, event.key, None, tuple(event.headers))
 
 
 def test_an_untraced_expirys_dlq_record_keeps_the_original_headers() -> None:
