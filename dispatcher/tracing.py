@@ -17,9 +17,11 @@ built-in HTTP handler (`--counterparty-url` included) sends its `traceparent`, a
 `Record.trace_headers()` gives a user's handler the same headers for its own clients. A record
 the sampler leaves out gets neither attributes nor a call span; its own context, sampling flag
 off, goes on instead.
-Result and DLQ records carry the record span's trace headers; a DLQ replay starts a span of its
-own (kind PRODUCER) linked to the original trace, and the replayed record carries that span's
-headers.
+Result and DLQ records carry the record span's trace headers; so does a sampled record's wait
+record (W3C, `traced_prepare`), which the expiry sweep's DLQ record carries in place of the
+original's. A record the Kafka client cannot parse gets a span with no parent (its headers are
+unread). A DLQ replay starts a span of its own (kind PRODUCER) linked to the original trace, and
+the replayed record carries that span's headers.
 
 Off, the engine's hook is `NO_TRACE`, whose methods do nothing, and every helper here returns its
 input after one check of a module variable (docs/BENCHMARKS.md, "Tracing: CPU per record"). The

@@ -2,7 +2,8 @@
 
 Wait record (prepare): key = the wait id as UUID text; value = the original value bytes; headers,
 in this order: ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET, ORIGINAL_KEY (omitted for a
-null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME.
+null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME, then,
+for a record traced and sampled, its record span's W3C TRACE_HEADERS (dispatcher/tracing.py).
 Tombstone: the prepare's key and exactly the prepare's headers, null value.
 
 DLQ record: the original key and value (a null value stays null, an empty one empty: the DLQ is
