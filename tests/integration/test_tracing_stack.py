@@ -4,7 +4,8 @@ producer wrote; the counterparty receives the call span's traceparent (the built
 and a user's handler through `Record.trace_headers()`); the result and DLQ records carry the record
 span's; a DLQ replay is a span of its own, linked to the failed record's, whose headers the
 replayed record carries; a record whose pod stopped mid-call expires into a DLQ record that
-continues its span (the pod's wait record, the mirror and the sweep's record). Then once over
+continues its span (the pod's wait record, the mirror and the sweep's record); a record the Kafka
+client cannot parse gets a span its reference DLQ record continues. Then once over
 OTLP/HTTP: a `waitline dispatch` process exports to a receiver this test starts on loopback."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from aiohttp import web
+from aiokafka import AIOKafkaProducer
 from dispatch_helpers import (
     DispatcherProcess,
     InputRecord,
@@ -48,6 +50,7 @@ from connectors.source import claim_expired, to_dlq
 from dispatcher.dlq.cli import app as dlq_app
 from dispatcher.ports import free_port
 from dispatcher.wire import SourceRecord, wait_id_for
+from loadtest.faults.corpus import OddRecord, RawHeaderName, send_raw
 
 pytestmark = pytest.mark.integration
 
@@ -235,6 +238,38 @@ async def test_a_record_whose_pod_stopped_mid_call_expires_into_its_own_trace(
     assert header(dead.headers, "traceparent") == traceparent_of(span).encode()
     assert header(dead.headers, "tenant") == b"acme"
     assert header(dead.headers, "Exception") == b"ExpiredRecordException"
+
+
+async def test_a_record_the_kafka_client_cannot_parse_gets_a_span_its_dlq_record_continues(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], spans: InMemorySpanExporter,
+) -> None:
+    """aiokafka cannot parse a record whose header name is not UTF-8, so its traceparent cannot
+    be read either: its span starts a trace, and its reference DLQ record continues that span."""
+    topic, group = unique_name("orders"), unique_name("payments")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await produce_traced(kafka_bootstrap, topic, [b'{"n": 1}'])
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await send_raw(producer, topic, 0, OddRecord("odd", b"odd", b"x", (
+            (RawHeaderName("h"), b"v"), ("traceparent", Producer().traceparent))))
+    finally:
+        await producer.stop()
+    counterparty = HeaderCounterparty()
+    async with serving([web.post("/", counterparty.handle)]) as url:
+        async def both_ended() -> bool:
+            return len(record_spans(spans, topic)) == 2
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, url + "/"), both_ended)
+
+    span = record_spans(spans, topic)[1]
+    assert span.parent is None
+    assert span.attributes is not None
+    assert span.attributes["waitline.outcome"] == "UnreadableRecordError"
+    (dead,) = await read_topic(kafka_bootstrap, f"{group}.dlq")
+    assert header(dead.headers, "ORIGINAL_OFFSET") == b"1"
+    assert (header(dead.headers, "traceparent") or b"").startswith(
+        traceparent_of(span)[:-2].encode())
 
 
 HANDLER = '''
