@@ -40,6 +40,7 @@ from datetime import datetime
 from dispatcher.errors import WireFormatError
 from dispatcher.wire import (
     ORIGINAL_HEADERS,
+    TRACE_HEADERS,
     WITHDRAWN,
     Headers,
     SourceRecord,
@@ -88,6 +89,9 @@ class WaitUpsert:
     """The wait id is Waitline's UUIDv5 of group and source coordinates (False: e.g. random)."""
     generation: int | None = None
     """WAITLINE_GENERATION: the group generation its writer owned the source partition in."""
+    trace_headers_json: str | None = None
+    """The prepare's own W3C trace headers (its record span's) in ORIGINAL_HEADERS form; None:
+    the record was not traced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +281,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str,
         group=owner,
         derived=derived,
         generation=entry.generation,
+        trace_headers_json=_trace_headers_json(event.headers),
     )
 
 
@@ -296,6 +301,12 @@ def _withdrawal(event: WaitEvent) -> WaitWithdraw:
         wait_timestamp_ms=event.timestamp_ms,
         generation=entry.generation,
     )
+
+
+def _trace_headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str | None:
+    """The W3C trace headers a traced record's prepare carries, as ORIGINAL_HEADERS JSON."""
+    found = tuple((name, value) for name, value in headers if name in TRACE_HEADERS)
+    return encode_original_headers(found) if found else None
 
 
 def _resolve_group(wait_topic: str, group: str | None) -> str:
@@ -366,12 +377,13 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("dispatcher_group", "text"),
     ("wait_id_derived", "boolean"),
     ("writer_generation", "integer"),
+    ("trace_headers", "json"),
 )
 
 StageValues = tuple[
     str, uuid.UUID, int, int, int, bool,
     str | None, int | None, int | None, bytes | None, int | None, str | None, bytes | None,
-    datetime | None, str | None, str | None, bool | None, int | None,
+    datetime | None, str | None, str | None, bool | None, int | None, str | None,
 ]  # fmt: skip
 
 
@@ -381,7 +393,7 @@ def stage_values(change: WaitChange) -> StageValues:
         return (
             change.wait_topic, change.wait_id, change.wait_partition, change.wait_offset,
             change.wait_timestamp_ms, True,
-            None, None, None, None, None, None, None, None, None, None, None, None,
+            None, None, None, None, None, None, None, None, None, None, None, None, None,
         )  # fmt: skip
     source = change.source
     return (
@@ -390,6 +402,7 @@ def stage_values(change: WaitChange) -> StageValues:
         source.topic, source.partition, source.offset, source.key, source.timestamp_ms,
         change.headers_json, source.value, change.expires_at,
         change.dlq_topic, change.group, change.derived, change.generation,
+        change.trace_headers_json,
     )  # fmt: skip
 
 

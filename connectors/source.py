@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import psycopg
@@ -32,12 +32,14 @@ from psycopg.rows import kwargs_row
 from dispatcher.errors import ProduceError, RegistryError
 from dispatcher.wire import (
     Failure,
+    Headers,
     OutgoingRecord,
     SourceRecord,
     decode_original_headers,
     dlq_record,
     format_expiration,
     wait_tombstone,
+    with_trace_headers,
 )
 
 EXPIRED_EXCEPTION = "ExpiredRecordException"
@@ -58,7 +60,7 @@ _CLAIM_EXPIRED = """
 SELECT wait_topic, wait_id, wait_partition, wait_offset,
        original_topic, original_partition, original_offset, original_key,
        original_timestamp_ms, original_headers::text AS original_headers, body,
-       wait_expiration_time, dlq_topic, dispatcher_group
+       wait_expiration_time, dlq_topic, dispatcher_group, trace_headers::text AS trace_headers
 FROM wait
 WHERE wait_topic = %(wait_topic)s
   AND wait_expiration_time <= COALESCE(%(now)s::timestamptz, now())
@@ -105,6 +107,8 @@ class ExpiredWait:
     expires_at: datetime
     dlq_topic: str
     group: str
+    trace_headers: Headers = ()
+    """The W3C trace headers its wait record carried (a traced record's span); () if none."""
 
 
 def claim_expired(
@@ -125,7 +129,9 @@ def claim_expired(
 
 
 def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
-    """The DLQ topic and record for an expired row, in the dispatcher's DLQ format."""
+    """The DLQ topic and record for an expired row, in the dispatcher's DLQ format; a traced
+    record's carries its record span's trace headers in place of the original's, as the pod's
+    DLQ records do, so the record's trace shows its expiry."""
     failure = Failure(
         exception=EXPIRED_EXCEPTION,
         message=(
@@ -133,14 +139,20 @@ def to_dlq(row: ExpiredWait) -> tuple[str, OutgoingRecord]:
             "the dispatcher stopped between prepare and tombstone"
         ),
     )
-    return row.dlq_topic, dlq_record(row.source, row.group, failure, wait_id=row.wait_id)
+    source = row.source
+    if row.trace_headers:
+        source = replace(source, headers=with_trace_headers(source.headers, row.trace_headers))
+    return row.dlq_topic, dlq_record(source, row.group, failure, wait_id=row.wait_id)
 
 
 def to_tombstone(row: ExpiredWait) -> tuple[int, OutgoingRecord]:
     """The wait-topic partition and tombstone that close an expired row once its DLQ record is
     acknowledged: the prepare's partition (compaction and the mirror's order are per partition,
-    and a grown topic would hash the key elsewhere), its key, null value, its headers."""
+    and a grown topic would hash the key elsewhere), its key, null value, its headers (trace
+    headers included)."""
     record = wait_tombstone(row.source, row.group, row.expires_at, wait_id=row.wait_id)
+    if row.trace_headers:
+        record = OutgoingRecord(record.key, None, (*record.headers, *row.trace_headers))
     return row.wait_partition, record
 
 
@@ -285,6 +297,7 @@ def _expired_wait(
     wait_expiration_time: datetime,
     dlq_topic: str,
     dispatcher_group: str,
+    trace_headers: str | None,
 ) -> ExpiredWait:
     """Row factory for _CLAIM_EXPIRED, by column name."""
     return ExpiredWait(
@@ -304,4 +317,5 @@ def _expired_wait(
         expires_at=wait_expiration_time,
         dlq_topic=dlq_topic,
         group=dispatcher_group,
+        trace_headers=() if trace_headers is None else decode_original_headers(trace_headers),
     )

@@ -17,9 +17,11 @@ built-in HTTP handler (`--counterparty-url` included) sends its `traceparent`, a
 `Record.trace_headers()` gives a user's handler the same headers for its own clients. A record
 the sampler leaves out gets neither attributes nor a call span; its own context, sampling flag
 off, goes on instead.
-Result and DLQ records carry the record span's trace headers; a DLQ replay starts a span of its
-own (kind PRODUCER) linked to the original trace, and the replayed record carries that span's
-headers.
+Result and DLQ records carry the record span's trace headers; so does a sampled record's wait
+record (W3C, `traced_prepare`), which the expiry sweep's DLQ record carries in place of the
+original's. A record the Kafka client cannot parse gets a span with no parent (its headers are
+unread). A DLQ replay starts a span of its own (kind PRODUCER) linked to the original trace, and
+the replayed record carries that span's headers.
 
 Off, the engine's hook is `NO_TRACE`, whose methods do nothing, and every helper here returns its
 input after one check of a module variable (docs/BENCHMARKS.md, "Tracing: CPU per record"). The
@@ -34,12 +36,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, overload
 
 from dispatcher.errors import ConfigError
-from dispatcher.wire import Failure, Headers, SourceRecord, wait_id_for
+from dispatcher.wire import Failure, Headers, OutgoingRecord, SourceRecord, wait_id_for
 
 try:  # the API alone (the SDK is imported when tracing turns on)
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.propagators.textmap import Getter
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # no otel extra: tracing stays off, none of these is used
     API = False
 else:
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
            "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
-           "replay_headers", "result_headers", "use"]
+           "replay_headers", "result_headers", "traced_prepare", "use"]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,7 @@ class _State:
     configured = False
     tracer: Tracer | None = None
     getter: Getter[Headers] | None = None
+    w3c: TraceContextTextMapPropagator | None = None
 
 
 def enabled() -> bool:
@@ -335,6 +339,22 @@ def result_headers() -> Headers:
     if _State.tracer is None:
         return ()
     return tuple((name, value.encode()) for name, value in current_headers().items())
+
+
+def traced_prepare(prepare: OutgoingRecord) -> OutgoingRecord:
+    """`prepare` (a wait record) with the record span's W3C headers (`traceparent`, and
+    `tracestate` when there is one) after its own, whatever `OTEL_PROPAGATORS` says: the mirror
+    keeps them, and the expiry sweep's DLQ record, written where no span is, continues the
+    record's trace with them. `prepare` itself with tracing off or a record not sampled (a trace
+    nothing exports: the wait topic and the registry carry nothing for it)."""
+    if _State.tracer is None or not trace.get_current_span().is_recording():
+        return prepare
+    if _State.w3c is None:
+        _State.w3c = TraceContextTextMapPropagator()
+    carrier: dict[str, str] = {}
+    _State.w3c.inject(carrier)
+    return OutgoingRecord(prepare.key, prepare.value, (
+        *prepare.headers, *((name, value.encode()) for name, value in carrier.items())))
 
 
 def dead_letter_source(source: SourceRecord) -> SourceRecord:

@@ -39,7 +39,7 @@ from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
 from dispatcher.pod.window import CallSlots
-from dispatcher.tracing import RecordTrace, record_trace
+from dispatcher.tracing import RecordTrace, record_trace, traced_prepare
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
@@ -249,7 +249,8 @@ class RecordPath:
     async def dead_letter_unreadable(self, source: SourceRecord, failure: Failure,
                                      ticket: RecordTicket) -> None:
         """The path of a record the Kafka client cannot parse: a reference DLQ record (its
-        coordinates) makes it committable."""
+        coordinates) makes it committable. Its span has no parent: its headers are unread."""
+        trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off
         ticket.state = RecordState.DEAD_LETTERING
         try:
             await self._outcomes.reference(source, failure)
@@ -258,6 +259,7 @@ class RecordPath:
             self._partitions.fail(exc, f"cannot write the DLQ record of unreadable "
                                        f"{source.topic}/{source.partition}@{source.offset}")
         finally:
+            trace.end()
             ticket.state = RecordState.ENDED
             ticket.left_the_line()
 
@@ -378,4 +380,6 @@ class RecordPath:
 
     def _wait_record(self, source: SourceRecord, generation: int | None) -> OutgoingRecord:
         expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)
-        return wait_record(source, self._topics.group, expires_at, generation=generation)
+        # with the record span's trace headers (tracing on, sampled): the expiry's DLQ record
+        return traced_prepare(wait_record(source, self._topics.group, expires_at,
+                                          generation=generation))

@@ -113,6 +113,7 @@ class OutcomeWriter:
         failure = masked_failure(failure)
         await self._writer.write(self._topics.dlq_topic, _traced(
             dlq_reference_record(source, self._topics.group, failure)))
+        tracing.outcome(failure.exception, self._topics.dlq_topic)
         self._metrics.outcomes.labels(failure.exception).inc()
 
 

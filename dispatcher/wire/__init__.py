@@ -2,9 +2,10 @@
 
 Wait record (prepare): key = the wait id as UUID text; value = the original value bytes; headers,
 in this order: ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET, ORIGINAL_KEY (omitted for a
-null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME, and
+null key), ORIGINAL_TIMESTAMP, ORIGINAL_HEADERS, WAIT_EXPIRATION_UUID, WAIT_EXPIRATION_TIME,
 WAITLINE_GENERATION (the group generation in which the writer owned the source partition) when
-the writer knows it.
+the writer knows it, then, for a record traced and sampled, its record span's W3C TRACE_HEADERS
+(dispatcher/tracing.py).
 Tombstone: the prepare's key and exactly the prepare's headers, null value. Withdrawal: a
 tombstone with one more header, WAITLINE_WITHDRAWN "true": it closes the row of its own
 generation only (a writer that left the record to the next owner after writing its prepare).
@@ -60,6 +61,7 @@ from dispatcher.wire.fields import (
     idempotency_key_of,
     parse_expiration,
     with_idempotency_key,
+    with_trace_headers,
 )
 from dispatcher.wire.model import (
     DISPATCHER_GROUP,
@@ -76,6 +78,7 @@ from dispatcher.wire.model import (
     ORIGINAL_TIMESTAMP,
     ORIGINAL_TOPIC,
     STACKTRACE,
+    TRACE_HEADERS,
     WAIT_EXPIRATION_TIME,
     WAIT_EXPIRATION_UUID,
     WAIT_ID_NAMESPACE,
@@ -105,6 +108,7 @@ __all__ = [
     "ORIGINAL_TIMESTAMP",
     "ORIGINAL_TOPIC",
     "STACKTRACE",
+    "TRACE_HEADERS",
     "WAIT_EXPIRATION_TIME",
     "WAIT_EXPIRATION_UUID",
     "WAIT_ID_NAMESPACE",
@@ -133,5 +137,6 @@ __all__ = [
     "wait_record",
     "wait_tombstone",
     "with_idempotency_key",
+    "with_trace_headers",
     "withdrawal_of",
 ]

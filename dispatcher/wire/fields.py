@@ -15,6 +15,7 @@ from dispatcher.wire.model import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     ORIGINAL_HEADERS,
     ORIGINAL_KEY,
+    TRACE_HEADERS,
     WAIT_EXPIRATION_TIME,
     Headers,
 )
@@ -181,3 +182,10 @@ def with_idempotency_key(headers: Headers, key: str) -> Headers:
     """`headers` carrying `key` as the only `WAITLINE_IDEMPOTENCY_KEY` (a replay's)."""
     kept = tuple((name, value) for name, value in headers if name != IDEMPOTENCY_KEY)
     return (*kept, (IDEMPOTENCY_KEY, key.encode("utf-8")))
+
+
+def with_trace_headers(headers: Headers, trace_headers: Headers) -> Headers:
+    """`headers` with `trace_headers` in place of every W3C trace header they had (an expiry's
+    DLQ record: the record span's, kept by its wait record, in place of the producer's)."""
+    kept = tuple((name, value) for name, value in headers if name not in TRACE_HEADERS)
+    return (*kept, *trace_headers)

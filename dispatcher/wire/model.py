@@ -29,6 +29,9 @@ ORIGINAL_OMITTED = "ORIGINAL_OMITTED"
 IDEMPOTENCY_KEY = "WAITLINE_IDEMPOTENCY_KEY"
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 """On a DLQ record that only references its original (too large to copy): value "true"."""
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""W3C trace context: on a traced record's wait record, its record span's (after ours); an
+expiry's DLQ record carries them in place of the original's (see with_trace_headers)."""
 
 Headers = tuple[tuple[str, bytes | None], ...]
 """Kafka record headers in order; names may repeat and a value may be null."""

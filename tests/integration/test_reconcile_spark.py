@@ -150,6 +150,30 @@ def test_expired_waits_become_dlq_records_that_rebuild_the_original_once(
     assert waits.open_wait_ids() == {waits.wait_id(open_not_due)}
 
 
+def test_an_expired_traced_waits_dlq_record_continues_its_record_span(
+    spark: SparkSession, waits: WaitTopic
+) -> None:
+    """A traced record's prepare carries its record span's W3C headers; the job's expiry writes
+    them into the DLQ record in place of the producer's, so the record's trace shows its expiry.
+    An untraced prepare's DLQ record keeps the original headers."""
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    trace = (("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+             ("tracestate", b"vendor=7"))  # fmt: skip
+    traced_source = waits.source(0, headers=(("traceparent", b"00-producer-01"), ("a", b"1")))
+    untraced_source = waits.source(1)
+    prepare = waits.prepare(traced_source, past)
+    waits.produce([
+        OutgoingRecord(prepare.key, prepare.value, (*prepare.headers, *trace)),
+        waits.prepare(untraced_source, past),
+    ])  # fmt: skip
+
+    assert run_cycle(spark, waits.config()).expired_sent == 2
+    dlq = {d.source.offset: d for d in (parse_dlq_record(key, value, headers)
+                                        for key, value, headers in waits.dlq_records())}
+    assert dlq[0].source.headers == (("a", b"1"), *trace)
+    assert dlq[1].source == untraced_source
+
+
 def test_re_prepared_record_leaves_no_stale_row(spark: SparkSession, waits: WaitTopic) -> None:
     source = waits.source(7)
     first_expiry = datetime.now(UTC) + timedelta(minutes=1)

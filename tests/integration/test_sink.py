@@ -123,6 +123,30 @@ def test_prepare_is_mirrored_with_every_column(conn: psycopg.Connection, topic: 
     )  # fmt: skip
 
 
+def test_a_traced_prepares_trace_headers_are_mirrored_an_untraced_ones_are_null(
+    conn: psycopg.Connection, topic: WaitTopic
+) -> None:
+    traced = topic.prepare(7, 3)
+    traced = replace(traced, headers=(*traced.headers, ("traceparent", b"00-aa-bb-01"),
+                                      ("tracestate", b"v=1")))  # fmt: skip
+    topic.apply(conn, [traced, topic.prepare(8, 4)])
+    assert trace_headers(conn, topic) == {
+        topic.wait_id(7): '{"traceparent":"00-aa-bb-01","tracestate":"v=1"}',
+        topic.wait_id(8): None,
+    }
+    # Re-prepared with tracing off (or not sampled): the row keeps no trace of the last attempt.
+    topic.apply(conn, [topic.prepare(7, 5)])
+    assert trace_headers(conn, topic)[topic.wait_id(7)] is None
+
+
+def trace_headers(conn: psycopg.Connection, topic: WaitTopic) -> dict[uuid.UUID, str | None]:
+    rows = conn.execute(
+        "SELECT wait_id, trace_headers::text FROM wait WHERE wait_topic = %s", (topic.name,)
+    ).fetchall()
+    conn.commit()
+    return dict(rows)
+
+
 def test_prepare_and_tombstone_in_one_batch_leave_no_row(
     conn: psycopg.Connection, topic: WaitTopic
 ) -> None:

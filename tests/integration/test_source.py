@@ -25,6 +25,7 @@ from connectors.source import (
 )
 from dispatcher.wire import (
     DlqEntry,
+    Headers,
     SourceRecord,
     format_expiration,
     parse_dlq_record,
@@ -47,11 +48,15 @@ class Registry:
         self.dlq_topic = f"{group}.dlq"
         self._next_wait_offset = 0
 
-    def open_wait(self, source: SourceRecord, expires_at: datetime) -> uuid.UUID:
+    def open_wait(
+        self, source: SourceRecord, expires_at: datetime, trace_headers: Headers = ()
+    ) -> uuid.UUID:
+        """A prepare of `source` mirrored; `trace_headers` after ours: a traced record's."""
         record = wait_record(source, self.group, expires_at)
         event = WaitEvent(
-            self.wait_topic, 0, self._next_wait_offset, record.key, record.value, record.headers
-        )
+            self.wait_topic, 0, self._next_wait_offset, record.key, record.value,
+            (*record.headers, *trace_headers),
+        )  # fmt: skip
         self._next_wait_offset += 1
         apply_batch(self.conn, [event], dlq_topic=self.dlq_topic, group=self.group)
         return wait_id_for(self.group, source.topic, source.partition, source.offset)
@@ -191,6 +196,25 @@ def test_to_dlq_writes_the_dispatchers_dlq_format(
     assert entry.group == registry.group
     assert entry.failure.exception == EXPIRED_EXCEPTION
     assert format_expiration(expires_at) in entry.failure.message
+
+
+def test_the_dlq_record_of_a_traced_wait_continues_its_record_span(
+    conn: psycopg.Connection, registry: Registry
+) -> None:
+    """The trace headers the prepare carried (the record span's) come back with the claimed row,
+    and the DLQ record carries them in place of the producer's."""
+    trace: Headers = (("traceparent", b"00-aa-bb-01"), ("tracestate", b"v=1"))
+    original = source(10, headers=(("traceparent", b"00-producer-01"), ("a", b"1")))
+    registry.open_wait(original, NOW - timedelta(seconds=30), trace)
+    registry.open_wait(source(11), NOW - timedelta(seconds=30))
+    traced, untraced = claim_expired(conn, wait_topic=registry.wait_topic, limit=2, now=NOW)
+    conn.rollback()
+    assert (traced.trace_headers, untraced.trace_headers) == (trace, ())
+    record = to_dlq(traced)[1]
+    assert parse_dlq_record(record.key, record.value, record.headers).source.headers == (
+        ("a", b"1"), *trace)
+    record = to_dlq(untraced)[1]
+    assert parse_dlq_record(record.key, record.value, record.headers).source == source(11)
 
 
 async def read_dlq(bootstrap: str, topic: str, expected: int) -> list[DlqEntry]:

@@ -3,8 +3,10 @@ its spans in the SDK's in-memory exporter. Each record's span is a child of the 
 producer wrote; the counterparty receives the call span's traceparent (the built-in HTTP handler
 and a user's handler through `Record.trace_headers()`); the result and DLQ records carry the record
 span's; a DLQ replay is a span of its own, linked to the failed record's, whose headers the
-replayed record carries. Then once over OTLP/HTTP: a `waitline dispatch` process exports to a
-receiver this test starts on loopback."""
+replayed record carries; a record whose pod stopped mid-call expires into a DLQ record that
+continues its span (the pod's wait record, the mirror and the sweep's record); a record the Kafka
+client cannot parse gets a span its reference DLQ record continues. Then once over
+OTLP/HTTP: a `waitline dispatch` process exports to a receiver this test starts on loopback."""
 
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 from aiohttp import web
+from aiokafka import AIOKafkaProducer
 from dispatch_helpers import (
     DispatcherProcess,
     InputRecord,
@@ -39,9 +44,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from typer.testing import CliRunner
 
+from connectors.rows import WaitEvent
+from connectors.sink import apply_batch
+from connectors.source import claim_expired, to_dlq
 from dispatcher.dlq.cli import app as dlq_app
 from dispatcher.ports import free_port
 from dispatcher.wire import SourceRecord, wait_id_for
+from loadtest.faults.corpus import OddRecord, RawHeaderName, send_raw
 
 pytestmark = pytest.mark.integration
 
@@ -182,6 +191,85 @@ async def test_each_record_is_one_span_of_its_producers_trace(
     assert again.value == FAIL
     assert (header(again.headers, "traceparent") or b"").startswith(
         traceparent_of(replay)[:-2].encode())
+
+
+async def test_a_record_whose_pod_stopped_mid_call_expires_into_its_own_trace(
+    kafka_bootstrap: str, pg_dsn: str, unique_name: Callable[[str], str],
+    spans: InMemorySpanExporter,
+) -> None:
+    """The record span's headers travel with its wait record: the pod stops while the call
+    hangs, the wait stays open, the mirror keeps the prepare's trace headers, and the expiry's
+    DLQ record carries them in place of the producer's, so the record's trace ends in it."""
+    topic, group = unique_name("orders"), unique_name("payments")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    called, released = asyncio.Event(), asyncio.Event()
+
+    async def hang(_request: web.Request) -> web.Response:
+        called.set()
+        await released.wait()  # the pod is gone by then: nobody reads this answer
+        return web.Response(status=503)
+
+    async with serving([web.post("/", hang)]) as url:
+        ((record, _producer),) = await produce_traced(kafka_bootstrap, topic, [b'{"n": 1}'])
+        settings = pod_settings(kafka_bootstrap, topic, group, url + "/", drain_grace="1s")
+
+        async def calling() -> bool:
+            return called.is_set()
+
+        try:
+            await run_pod_until(settings, calling)
+        finally:
+            released.set()
+
+    (span,) = record_spans(spans, topic).values()
+    wait_topic = await read_topic(kafka_bootstrap, f"{group}.wait")
+    assert [r.value is None for r in wait_topic] == [False], "the wait is left open"
+    (prepare,) = wait_topic
+    assert header(prepare.headers, "traceparent") == traceparent_of(span).encode()
+    with psycopg.connect(pg_dsn) as conn:
+        apply_batch(conn, [WaitEvent(f"{group}.wait", prepare.partition, prepare.offset,
+                                     prepare.key, prepare.value, tuple(prepare.headers))],
+                    dlq_topic=f"{group}.dlq", group=group)  # fmt: skip
+        (row,) = claim_expired(conn, wait_topic=f"{group}.wait", limit=1,
+                               now=datetime.now(UTC) + timedelta(days=1))
+        conn.rollback()
+    assert (row.source.topic, row.source.offset) == (topic, record.offset)
+    _dlq, dead = to_dlq(row)
+    assert header(dead.headers, "traceparent") == traceparent_of(span).encode()
+    assert header(dead.headers, "tenant") == b"acme"
+    assert header(dead.headers, "Exception") == b"ExpiredRecordException"
+
+
+async def test_a_record_the_kafka_client_cannot_parse_gets_a_span_its_dlq_record_continues(
+    kafka_bootstrap: str, unique_name: Callable[[str], str], spans: InMemorySpanExporter,
+) -> None:
+    """aiokafka cannot parse a record whose header name is not UTF-8, so its traceparent cannot
+    be read either: its span starts a trace, and its reference DLQ record continues that span."""
+    topic, group = unique_name("orders"), unique_name("payments")
+    await create_topic(kafka_bootstrap, topic, partitions=1)
+    await produce_traced(kafka_bootstrap, topic, [b'{"n": 1}'])
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await send_raw(producer, topic, 0, OddRecord("odd", b"odd", b"x", (
+            (RawHeaderName("h"), b"v"), ("traceparent", Producer().traceparent))))
+    finally:
+        await producer.stop()
+    counterparty = HeaderCounterparty()
+    async with serving([web.post("/", counterparty.handle)]) as url:
+        async def both_ended() -> bool:
+            return len(record_spans(spans, topic)) == 2
+
+        await run_pod_until(pod_settings(kafka_bootstrap, topic, group, url + "/"), both_ended)
+
+    span = record_spans(spans, topic)[1]
+    assert span.parent is None
+    assert span.attributes is not None
+    assert span.attributes["waitline.outcome"] == "UnreadableRecordError"
+    (dead,) = await read_topic(kafka_bootstrap, f"{group}.dlq")
+    assert header(dead.headers, "ORIGINAL_OFFSET") == b"1"
+    assert (header(dead.headers, "traceparent") or b"").startswith(
+        traceparent_of(span)[:-2].encode())
 
 
 HANDLER = '''

@@ -155,6 +155,22 @@ def test_each_record_is_one_span_with_its_call_in_either_mode(spans: Any, mode: 
     assert {call.parent.span_id for call in calls} == {r.context.span_id for r in records}
 
 
+def test_each_wait_record_carries_its_record_spans_traceparent(spans: Any) -> None:
+    """Tracing on: every prepare (the first and any written again) carries the W3C headers of
+    its record's span, which the mirror keeps, so an expiry's DLQ record, written by the
+    reconciliation job with no span of its own, continues the record's trace."""
+    log = simulate(quiet({"concurrency": 4}, partitions=2, records=12, handle=echo))
+    span_of = {span.attributes["waitline.wait_id"]: span
+               for span in spans.get_finished_spans() if span.name.startswith("process ")}
+    prepares = [r for r in log.cluster.records(f"{GROUP}.wait") if r.value is not None]
+    assert len(prepares) == len(inputs(log)) == 12
+    for prepare in prepares:
+        context = span_of[(prepare.key or b"").decode()].context
+        assert dict(prepare.headers)["traceparent"] == (
+            f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        ).encode()
+
+
 class ClientBugError(Exception):
     """What a defect in the client code raises."""
 

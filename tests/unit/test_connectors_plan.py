@@ -1,5 +1,6 @@
 """The connectors' pure parts: the mirror's planner (wait-topic records → one change per wait
-id, or a reject) and the registry listing's cell formatting."""
+id, or a reject), the expiry sweep's DLQ record of a row, and the registry listing's cell
+formatting."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from connectors.rows import (
     stage_values,
     supersedes,
 )
+from connectors.source import EXPIRED_EXCEPTION, ExpiredWait, to_dlq, to_tombstone
 from dispatcher.wire import (
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,
@@ -38,6 +40,7 @@ from dispatcher.wire import (
     SourceRecord,
     decode_original_headers,
     encode_original_headers,
+    parse_dlq_record,
     wait_id_for,
     wait_record,
     wait_tombstone,
@@ -284,6 +287,65 @@ def test_stage_values_of_a_delete_carry_no_payload() -> None:
                      "is_tombstone"}
     ]
     assert all(row[c] is None for c in payload)
+
+
+# --- trace headers: a traced record's prepare → the row → the expiry's DLQ record ----------
+
+TRACE: Headers = (
+    ("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    ("tracestate", b"vendor=7"),
+)
+
+
+def traced(event: WaitEvent) -> WaitEvent:
+    """`event` as a traced record's prepare: its record span's W3C headers after ours."""
+    return dataclasses.replace(event, headers=(*event.headers, *TRACE))
+
+
+def test_a_traced_prepares_trace_headers_are_staged_apart_from_the_originals() -> None:
+    src = source()  # its own headers hold the producer's traceparent
+    (upsert,) = plan(traced(prepare(src, 4))).upserts
+    row = dict(zip(STAGE_NAMES, stage_values(upsert), strict=True))
+    assert decode_original_headers(str(row["trace_headers"])) == TRACE
+    assert decode_original_headers(str(row["original_headers"])) == src.headers
+
+
+def test_an_untraced_prepare_stages_no_trace_headers() -> None:
+    (upsert,) = plan(prepare(source(), 4)).upserts
+    assert dict(zip(STAGE_NAMES, stage_values(upsert), strict=True))["trace_headers"] is None
+
+
+def expired(src: SourceRecord, trace_headers: Headers = ()) -> ExpiredWait:
+    return ExpiredWait(wait_topic=WAIT_TOPIC, wait_id=wait_id_of(src), wait_partition=0,
+                       wait_offset=4, source=src, expires_at=EXPIRES, dlq_topic=DLQ,
+                       group=GROUP, trace_headers=trace_headers)
+
+
+def test_an_expirys_dlq_record_continues_the_trace_its_wait_record_kept() -> None:
+    """The sweep's DLQ record replaces the producer's W3C headers with the record span's, as the
+    pod's DLQ records do; the other original headers stay, in their order."""
+    src = source(headers=(("traceparent", b"00-producer"), ("tenant", b"acme"),
+                          ("tracestate", b"producer=1")))
+    topic, record = to_dlq(expired(src, TRACE))
+    entry = parse_dlq_record(record.key, record.value, record.headers)
+    assert topic == DLQ
+    assert entry.source == dataclasses.replace(src, headers=(("tenant", b"acme"), *TRACE))
+    assert entry.failure.exception == EXPIRED_EXCEPTION
+    assert record.headers[:3] == (("tenant", b"acme"), *TRACE)  # what a tracer reads first
+
+
+def test_the_sweeps_tombstone_of_a_traced_wait_has_exactly_its_prepares_headers() -> None:
+    src = source()
+    event = traced(prepare(src, 4))
+    partition, tombstone = to_tombstone(expired(src, TRACE))
+    assert (partition, tombstone.key, tombstone.value, tombstone.headers) == (
+        event.partition, event.key, None, tuple(event.headers))
+
+
+def test_an_untraced_expirys_dlq_record_keeps_the_original_headers() -> None:
+    src = source(headers=(("traceparent", b"00-producer"), ("tenant", b"acme")))
+    _, record = to_dlq(expired(src))
+    assert parse_dlq_record(record.key, record.value, record.headers).source == src
 
 
 def test_reject_values_keep_the_record_verbatim_and_escape_nul() -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -20,13 +21,19 @@ from opentelemetry.trace import SpanKind, StatusCode
 from typer.testing import CliRunner
 
 from dispatcher import tracing
-from dispatcher.call.contract import CallOutcome
+from dispatcher.call.contract import CallOutcome, CallRequest
 from dispatcher.cli import app
 from dispatcher.errors import ConfigError, RecordTooLargeError
+from dispatcher.kafka.seam import TopicPartition
 from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.fetching import unreadable_reference
+from dispatcher.pod.lifecycle import RecordPath, RecordTicket
 from dispatcher.pod.metrics import DispatcherMetrics
+from dispatcher.pod.settings import Mode, WindowConfig
 from dispatcher.pod.settle import OutcomeWriter
-from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for
+from dispatcher.pod.watermark import TopicPartitionKey
+from dispatcher.pod.window import CallSlots
+from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, wait_id_for, wait_record
 
 pytestmark = pytest.mark.unit
 
@@ -112,6 +119,24 @@ def test_a_trace_left_mid_call_closes_both_spans(spans: InMemorySpanExporter) ->
     assert tracing.current_headers() == {}, "the record's context is detached"
 
 
+def test_a_sampled_records_wait_record_carries_its_spans_w3c_headers(
+        spans: InMemorySpanExporter) -> None:
+    """The prepare keeps the record span's traceparent and tracestate after its own headers:
+    the mirror stores them, and the expiry sweep's DLQ record continues the trace with them."""
+    original = source((("traceparent", TRACEPARENT.encode()), ("tracestate", b"vendor=7")))
+    prepare = wait_record(original, "payments", datetime(2030, 1, 1, tzinfo=UTC))
+    trace = tracing.record_trace(original, "payments")
+    traced = tracing.traced_prepare(prepare)
+    trace.end()
+
+    record_span = by_name(spans)["process orders"].context.span_id
+    assert (traced.key, traced.value) == (prepare.key, prepare.value)
+    assert traced.headers == (
+        *prepare.headers, ("traceparent", f"00-{TRACE_ID}-{record_span:016x}-01".encode()),
+        ("tracestate", b"vendor=7"))
+    assert tracing.traced_prepare(prepare) is prepare, "outside a record's span: no headers"
+
+
 def test_a_record_not_sampled_exports_nothing_and_passes_its_context_on() -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=ALWAYS_OFF)
@@ -122,6 +147,8 @@ def test_a_record_not_sampled_exports_nothing_and_passes_its_context_on() -> Non
         trace.prepared()
         trace.calling()
         sent = tracing.http_headers({})
+        prepare = OutgoingRecord(b"k", b"v", ())
+        assert tracing.traced_prepare(prepare) is prepare, "a record not sampled: no header"
         trace.called(CallOutcome(ok=True, status=200, attempts=1, elapsed_s=0.1, failure=None))
         trace.end()
     finally:
@@ -153,6 +180,8 @@ def test_off_every_helper_gives_back_what_it_was_given() -> None:
     assert tracing.record_trace(original, "payments") is tracing.NO_TRACE
     assert tracing.http_headers(request) is request
     assert tracing.dead_letter_source(original) is original
+    prepare = wait_record(original, "payments", datetime(2030, 1, 1, tzinfo=UTC))
+    assert tracing.traced_prepare(prepare) is prepare
     assert tracing.replay_headers(original.headers, "orders") is original.headers
     assert tracing.result_headers() == ()
     assert tracing.current_headers() == {}
@@ -261,3 +290,86 @@ async def test_a_reference_dlq_record_continues_the_records_trace(
     (reference,) = writer.written
     assert dict(reference.headers)["traceparent"] == (
         f"00-{TRACE_ID}-{format(record_span, '016x')}-01").encode()
+
+
+class _Written:
+    """Acknowledged writes that keep what they were given."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[str, OutgoingRecord]] = []
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        self.written.append((topic, record))
+        return 0
+
+
+class _NeverCalled:
+    """A counterparty no test here reaches."""
+
+    async def call(self, request: CallRequest) -> CallOutcome:
+        raise AssertionError(f"called for {request.wait_id}")
+
+
+class _Partitions:
+    """The engine's bookkeeping as a record's path sees it: every record stays ours."""
+
+    def __init__(self) -> None:
+        self.committed: list[tuple[TopicPartitionKey, int]] = []
+
+    def committable(self, key: TopicPartitionKey, offset: int, ticket: RecordTicket) -> None:
+        self.committed.append((key, offset))
+
+    def still_ours(self, key: TopicPartitionKey, ticket: RecordTicket) -> bool:
+        return True
+
+    def left_at_stop(self, source: SourceRecord) -> bool:
+        return False
+
+    def slot_free_for_tombstone(self) -> None:
+        pass
+
+    def fail(self, exc: BaseException, what: str) -> None:
+        raise AssertionError(what) from exc
+
+
+async def test_a_record_the_kafka_client_cannot_parse_gets_a_span_its_dlq_record_continues(
+        spans: InMemorySpanExporter) -> None:
+    """The engine wrote an unreadable record's reference DLQ record with no span around it: it
+    was the one record with no trace. Now it gets its record span (its headers cannot be read,
+    so no parent), with its coordinates and outcome, and its DLQ record carries that span's
+    traceparent, as every DLQ record does."""
+    topics = TopicConfig(input_topics=("orders",), group="payments", wait_topic="payments.wait",
+                         dlq_topic="payments.dlq", result_topic=None, create_missing=False,
+                         delete_retention_s=1.0)
+    writer, partitions = _Written(), _Partitions()
+    path = RecordPath(writer=writer, counterparty=_NeverCalled(), topics=topics,
+                      window=WindowConfig(mode=Mode.AT_LEAST_ONCE, concurrency=1,
+                                          wait_expiration_s=300.0, commit_interval_s=1.0,
+                                          drain_grace_s=1.0),
+                      metrics=DispatcherMetrics(), calls=CallSlots(lambda: 1),
+                      partitions=partitions, clock=lambda: 1_700_000_000.0)
+    source, failure = unreadable_reference(TopicPartition("orders", 3), 42,
+                                           UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"))
+    ticket = RecordTicket(generation=1, timestamp_ms=0, fetched_at=0.0)
+
+    await path.dead_letter_unreadable(source, failure, ticket)
+
+    (span,) = spans.get_finished_spans()
+    assert (span.name, span.kind, span.parent) == ("process orders", SpanKind.CONSUMER, None)
+    assert span.attributes is not None
+    assert (span.attributes["messaging.destination.name"],
+            span.attributes["messaging.destination.partition.id"],
+            span.attributes["messaging.kafka.offset"]) == ("orders", "3", 42)
+    assert span.attributes["waitline.wait_id"] == str(wait_id_for("payments", "orders", 3, 42))
+    assert span.attributes["waitline.outcome"] == "UnreadableRecordError"
+    assert [(e.name, dict(e.attributes or {})) for e in span.events] == [(
+        "outcome", {"waitline.outcome": "UnreadableRecordError",
+                    "messaging.destination.name": "payments.dlq"})]
+    ((topic, reference),) = writer.written
+    assert topic == "payments.dlq"
+    assert dict(reference.headers)["traceparent"] == (
+        f"00-{format(span.context.trace_id, '032x')}-{format(span.context.span_id, '016x')}"
+        f"-{span.context.trace_flags:02x}").encode()
+    assert partitions.committed == [(("orders", 3), 42)]
+    assert ticket.ended
