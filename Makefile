@@ -9,8 +9,11 @@ export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 setup:
 	@bash compose/local/setup.sh
 
+# Two pytest-xdist workers: the Kafka/PostgreSQL tests in one, the Spark tests in the other, each
+# on a stack of its own (tests/conftest.py groups them); the service-free tests fill both.
+TEST_WORKERS ?= 2
 test: setup
-	$(VENV)/pytest
+	$(VENV)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: setup
 	$(VENV)/pytest -m unit
