@@ -222,12 +222,14 @@ def plan_batch(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None
     )
 
 
-def open_waits(events: Iterable[WaitEvent], *, dlq_topic: str,
-               group: str | None) -> tuple[dict[uuid.UUID, WaitUpsert], list[Reject]]:
+def open_waits(events: Iterable[WaitEvent], *, dlq_topic: str, group: str | None,
+               rows: dict[uuid.UUID, WaitUpsert] | None = None,
+               ) -> tuple[dict[uuid.UUID, WaitUpsert], list[Reject]]:
     """The rows the sink leaves open after mirroring `events` one record at a time, in their
-    order, and the records it would reject: the registry's rules in memory, for tools that read
-    a wait topic without PostgreSQL (the load-test harness, the tests' simulator)."""
-    rows: dict[uuid.UUID, WaitUpsert] = {}
+    order (over `rows`, updated in place: a mirror that goes on), and the records it would
+    reject: the registry's rules in memory, for tools that read a wait topic without PostgreSQL
+    (the load-test harness, the tests' simulator)."""
+    rows = {} if rows is None else rows
     rejects: list[Reject] = []
     for event in events:
         plan = plan_batch([event], dlq_topic=dlq_topic, group=group)

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import looptime
-from registry import Row, open_rows
+from registry import Mirror, Row
 from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
 
 from dispatcher.handlers.loader import LoadedHandler
@@ -246,6 +246,7 @@ class World:
         self.log = RunLog(scenario, self.cluster, settings, self.topics)
         self._pod_clock_offset_s = 0.0
         self._sweep_ahead_s = 0.0  # moved at the end only: what stays open expires
+        self._mirror = Mirror(dlq_topic=self.topics.dlq_topic, group=GROUP)
         self._incarnations = 0
         self._live: dict[str, PodRun] = {}
 
@@ -450,8 +451,7 @@ class World:
 
     def open_waits(self) -> dict[uuid.UUID, Row]:
         """The registry's open rows: the wait topic as the reconciliation job mirrors it."""
-        return open_rows(self.cluster.records(self.topics.wait_topic),
-                         dlq_topic=self.topics.dlq_topic, group=GROUP)
+        return self._mirror.open_rows(self.cluster.logs[self.topics.wait_topic])
 
     async def event(self, what: str) -> None:
         names = sorted(self._live)
