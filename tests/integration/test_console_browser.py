@@ -30,10 +30,15 @@ from dlq_helpers import read_all
 from pyspark.sql import SparkSession
 from reconcile_helpers import WaitTopic, run_cycle
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (
+    NoAlertPresentException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -112,8 +117,23 @@ def _submit(driver: WebDriver, button_id: str, css: str) -> object:
     first, so an element of the same name on the page being left is never mistaken for it."""
     old_page = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.ID, button_id).click()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(old_page))
+    WebDriverWait(driver, 15).until(lambda _driver: _left(old_page))
     return _wait_for(driver, css)
+
+
+def _left(element: WebElement) -> bool:
+    """`element` belongs to a page the browser has left. Chromium reports a node of a page
+    being replaced either as stale or, mid-navigation, as an unknown error saying the node does
+    not belong to the document (seen in CI; selenium's `staleness_of` lets that one escape)."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
 
 
 def _shot(driver: WebDriver, name: str) -> None:
