@@ -58,19 +58,23 @@ def parse_wait_record(
     withdrawn = ours.optional(WITHDRAWN)
     if withdrawn is not None and (withdrawn != "true" or value is not None):
         raise WireFormatError(f'wait record: {WITHDRAWN} is only "true", on a null value')
-    generation = ours.optional(WRITER_GENERATION)
-    if generation is not None and not (_UNSIGNED.fullmatch(generation)
-                                       and int(generation) <= _INT32_MAX):
-        raise WireFormatError(f"wait record: {WRITER_GENERATION} is not a group generation: "
-                              f"{generation[:80]!r}")
-    if withdrawn is not None and generation is None:
+    generation_text = ours.optional(WRITER_GENERATION)
+    generation = None
+    if generation_text is not None:
+        # isascii: str.isdigit also accepts other scripts' digits
+        if generation_text.isascii() and generation_text.isdigit():
+            generation = int(generation_text)
+        if generation is None or generation > _INT32_MAX:
+            raise WireFormatError(f"wait record: {WRITER_GENERATION} is not a group "
+                                  f"generation: {generation_text[:80]!r}")
+    elif withdrawn is not None:
         raise WireFormatError(f"wait record: a withdrawal needs its {WRITER_GENERATION}")
     return WaitEntry(
         wait_id=wait_id,
         source=ours.source(key=decode_original_key(ours.optional(ORIGINAL_KEY)), value=value),
         expires_at=parse_expiration(ours.required(WAIT_EXPIRATION_TIME)),
         is_tombstone=value is None,
-        generation=None if generation is None else int(generation),
+        generation=generation,
         withdrawn=withdrawn is not None,
     )
 
