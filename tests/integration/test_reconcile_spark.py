@@ -201,14 +201,18 @@ def test_a_withdrawal_closes_only_its_generations_row_in_any_batch(
     """The Spark side keeps a withdrawal (a tombstone with WAITLINE_WITHDRAWN) and its headers:
     it must not drop, as a closing tombstone does, the next owner's prepare before it in the
     batch. Record a: the late prepare of generation 7 and its withdrawal land while the next
-    owner (8) calls it. Record b: they land after the next owner's tombstone."""
+    owner (8) calls it. Record b: they land after the next owner's tombstone. Record c: a
+    tombstone with no headers still closes (the withdrawal test must not need them)."""
     a, b = waits.source(1), waits.source(2)
 
     def by(generation: int, source: SourceRecord) -> OutgoingRecord:
         return wait_record(source, waits.group, LATER, generation=generation)
 
+    c = waits.source(3)  # closed by a tombstone written by hand: its key, no headers at all
+    by_hand = OutgoingRecord(by(8, c).key, None, ())
     waits.produce([by(8, a), by(7, a), withdrawal_of(by(7, a)),
-                   by(8, b), tombstone_of(by(8, b)), by(7, b), withdrawal_of(by(7, b))])
+                   by(8, b), tombstone_of(by(8, b)), by(7, b), withdrawal_of(by(7, b)),
+                   by(8, c), by_hand])
     report = run_cycle(spark, waits.config())
     assert waits.open_wait_ids() == {waits.wait_id(a)}
     assert report.withdrawn == 1  # record b's late prepare; a's withdrawal found 8's row
