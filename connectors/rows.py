@@ -44,6 +44,7 @@ from dispatcher.wire import (
     WITHDRAWN,
     Headers,
     SourceRecord,
+    WaitEntry,
     encode_original_headers,
     parse_wait_record,
     wait_id_for,
@@ -279,12 +280,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str,
             wait_offset=event.offset,
             wait_timestamp_ms=event.timestamp_ms,
         )
-    try:
-        entry = parse_wait_record(event.key, event.value, tuple(event.headers))
-    except (WireFormatError, ValueError, OverflowError) as exc:
-        # ValueError/OverflowError: a header the codec accepted syntactically can still be out
-        # of range for datetime; any malformed input is a reject here, never a dead mirror.
-        raise _RejectedError(str(exc)) from exc
+    entry = _parsed(event)
     source = entry.source
     _check_storable(source)
     owner = _resolve_group(event.wait_topic, group)
@@ -309,10 +305,7 @@ def _change_for(event: WaitEvent, *, dlq_topic: str,
 def _withdrawal(event: WaitEvent) -> WaitWithdraw:
     """A withdrawal (a null value with WAITLINE_WITHDRAWN): the prepare's headers tell its
     generation."""
-    try:
-        entry = parse_wait_record(event.key, event.value, tuple(event.headers))
-    except (WireFormatError, ValueError, OverflowError) as exc:
-        raise _RejectedError(str(exc)) from exc
+    entry = _parsed(event)
     assert entry.generation is not None  # parse_wait_record refuses a withdrawal without one
     return WaitWithdraw(
         wait_topic=event.wait_topic,
@@ -322,6 +315,16 @@ def _withdrawal(event: WaitEvent) -> WaitWithdraw:
         wait_timestamp_ms=event.timestamp_ms,
         generation=entry.generation,
     )
+
+
+def _parsed(event: WaitEvent) -> WaitEntry:
+    """`event` parsed as a wait record; _RejectedError with the reason when it is not one."""
+    try:
+        return parse_wait_record(event.key, event.value, tuple(event.headers))
+    except (WireFormatError, ValueError, OverflowError) as exc:
+        # ValueError/OverflowError: a header the codec accepted syntactically can still be out
+        # of range for datetime; any malformed input is a reject here, never a dead mirror.
+        raise _RejectedError(str(exc)) from exc
 
 
 def _trace_headers_json(headers: Sequence[tuple[str, bytes | None]]) -> str | None:
