@@ -4,7 +4,7 @@ the mock counterparty's calls per Idempotency-Key. Feeds `loadtest.harness.accou
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -71,20 +71,28 @@ async def _read_to_end(bootstrap: str, topic: str,
 async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopicState:
     """Every wait id of `topic`, and those the registry would close, by its rules (a late
     prepare of an earlier owner, a withdrawal: connectors/rows.py)."""
-    events: list[WaitEvent] = []
+    records: list[ConsumerRecord[bytes, bytes]] = []
 
     def add(record: ConsumerRecord[bytes, bytes]) -> None:
         parse_wait_record(record.key, record.value, tuple(record.headers))  # ours, strictly
-        events.append(WaitEvent(record.topic, record.partition, record.offset, record.key,
-                                record.value, tuple(record.headers), record.timestamp))
+        records.append(record)
 
     await _read_to_end(bootstrap, topic, add)
-    seen = frozenset(uuid.UUID((e.key or b"").decode()) for e in events)
-    rows, rejects = open_waits(events, dlq_topic=f"{topic}.dlq", group=None)
+    seen = frozenset(uuid.UUID((r.key or b"").decode()) for r in records)
+    return WaitTopicState(seen, seen - registry_open(records, topic))
+
+
+def registry_open(records: Sequence[ConsumerRecord[bytes, bytes]],
+                  topic: str) -> set[uuid.UUID]:
+    """The wait ids the registry would hold open after mirroring `records`, `topic`'s records
+    in log order (connectors.rows.open_waits)."""
+    rows, rejects = open_waits(
+        (WaitEvent(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers),
+                   r.timestamp) for r in records), dlq_topic=f"{topic}.dlq", group=None)
     if rejects:  # e.g. a wait topic not named <group>.wait: nothing would look open
         raise HarnessError(f"{topic}: the registry would reject {len(rejects)} wait records, "
                            f"the first: {rejects[0].reason}")
-    return WaitTopicState(seen, seen - rows.keys())
+    return set(rows)
 
 
 async def read_dlq_exceptions(bootstrap: str, topic: str,

@@ -24,7 +24,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
-from connectors.rows import WaitEvent, open_waits
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.settings import DispatchSettings, load_settings
 from dispatcher.wire import (
@@ -40,6 +39,7 @@ from loadtest.harness.observe import (  # noqa: F401 - re-exported for the tests
     committed_offsets,
     end_offsets,
     fully_committed,
+    registry_open,
     topic_partitions,
 )
 from loadtest.harness.topics import create_topic as create_and_wait
@@ -171,11 +171,8 @@ async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopic:
         else:
             state.prepares[entry.wait_id] += 1
             state.first_prepare.setdefault(entry.wait_id, entry)
-    rows, rejects = open_waits(
-        (WaitEvent(r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers),
-                   r.timestamp) for r in records), dlq_topic=f"{topic}.dlq", group=None)
-    assert not rejects, rejects
-    state.closed = {wait_id: wait_id not in rows
+    still_open = registry_open(records, topic)
+    state.closed = {wait_id: wait_id not in still_open
                     for wait_id in (*state.prepares, *state.tombstones)}
     return state
 
