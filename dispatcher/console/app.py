@@ -13,13 +13,14 @@ client gets 429 with `Retry-After` before its credential is even looked at.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from dispatcher.console import render
 from dispatcher.console import store as db
+from dispatcher.console import trends as trend_reads
 from dispatcher.console.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -41,10 +43,13 @@ from dispatcher.console.auth import (
     new_login_token,
 )
 from dispatcher.console.kafka_view import fetch_record, group_lag
+from dispatcher.console.pods_page import pods_html, pods_json
 from dispatcher.console.query import DlqQuery
 from dispatcher.console.redrive import PlannedRedrive, RedriveManager
+from dispatcher.console.sampler import Sampler, WatchSettings
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
+from dispatcher.console.trends_page import arrivals_chart, redrive_section, trends_page
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -70,10 +75,12 @@ class Console:
     groups: list[str]
     kafka: KafkaConfig
     store: db.Store
+    watch: WatchSettings = field(default_factory=WatchSettings)
     auth: Authenticator = field(init=False)
     sessions: Sessions = field(init=False)
     throttle: LoginThrottle = field(init=False)
     redrives: RedriveManager = field(init=False)
+    sampler: Sampler = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -83,6 +90,7 @@ class Console:
             max_failures=settings.login_max_failures, window_s=settings.login_window_s,
             lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s)
         self.redrives = RedriveManager(self.kafka, self.store, self.settings.max_rate)
+        self.sampler = Sampler(self.kafka, self.groups, self.watch)
 
 
 CONSOLE = web.AppKey("console", Console)
@@ -101,15 +109,22 @@ def build_app(console: Console) -> web.Application:
         web.post("/redrives/plan", redrive_plan), web.post("/redrives", redrive_start),
         web.get("/redrives", redrive_list), web.get("/redrives/{replay_id}", redrive_detail),
         web.post("/redrives/{replay_id}/{verb:pause|resume|abort}", redrive_control),
+        web.get("/pods", pods), web.get("/trends", trends),
     ]
     app.add_routes(routes)
     app.router.add_static("/static/", STATIC_DIR)
+    app.on_startup.append(_start)
     app.on_cleanup.append(_close)
     return app
 
 
+async def _start(app: web.Application) -> None:
+    app[CONSOLE].sampler.start()
+
+
 async def _close(app: web.Application) -> None:
     console = app[CONSOLE]
+    await console.sampler.stop()
     await console.redrives.close()
     await console.store.close()
 
@@ -309,7 +324,10 @@ async def logout(request: web.Request) -> web.Response:
 
 async def overview(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
-    data = await db.overview(console.store, console.dlq_topic, console.wait_topic)
+    now = datetime.now(UTC)
+    data, arrivals = await asyncio.gather(
+        db.overview(console.store, console.dlq_topic, console.wait_topic),
+        trend_reads.arrivals(console.store, console.dlq_topic, now, trend_reads.DAY_HOURS))
     try:
         lag = await group_lag(console.kafka, console.groups)
     except WaitlineError as exc:
@@ -317,9 +335,10 @@ async def overview(request: web.Request) -> web.Response:
         lag = []
     if wants_json(request):
         return _json({"dlq_topic": console.dlq_topic, "wait_topic": console.wait_topic,
-                      **data, "consumer_groups": lag})
+                      **data, "arrivals_24h": arrivals, "consumer_groups": lag})
+    chart = arrivals_chart("dlq-24h", arrivals, now, trend_reads.DAY_HOURS)
     return _html(render.overview_page(principal_of(request), console.dlq_topic,
-                                      console.wait_topic, data, lag))
+                                      console.wait_topic, data, lag, arrivals_chart=chart))
 
 
 async def dlq_list(request: web.Request) -> web.Response:
@@ -431,7 +450,10 @@ async def redrive_detail(request: web.Request) -> web.Response:
     live = run.progress() if run is not None else None
     if wants_json(request):
         return _json({"audit": audit, "live": live})
-    return _html(render.redrive_page(principal_of(request), audit, live))
+    sent = await trend_reads.progress(console.store, replay_id, audit["requested_at"],
+                                      audit["finished_at"] or datetime.now(UTC))
+    return _html(render.redrive_page(principal_of(request), audit, live,
+                                     redrive_section(audit, sent)))
 
 
 async def redrive_control(request: web.Request) -> web.Response:
@@ -448,6 +470,25 @@ async def redrive_control(request: web.Request) -> web.Response:
     if wants_json(request):
         return _json(run.progress())
     raise web.HTTPSeeOther(f"/redrives/{replay_id}")
+
+
+async def pods(request: web.Request) -> web.Response:
+    """Every member of each group, with its pod's status (dispatcher/console/pods.py)."""
+    sampler = request.app[CONSOLE].sampler
+    await sampler.fresh()
+    if wants_json(request):
+        return _json(pods_json(sampler))
+    return _html(pods_html(principal_of(request), sampler))
+
+
+async def trends(request: web.Request) -> web.Response:
+    """DLQ arrivals, lag per partition and the latest redrive, as charts."""
+    console = request.app[CONSOLE]
+    read = await trend_reads.read_trends(console.store, console.dlq_topic)
+    if wants_json(request):
+        return _json(read.as_json())
+    return _html(trends_page(principal_of(request), console.dlq_topic, read,
+                             console.sampler.lag_charts()))
 
 
 def _replay_id(request: web.Request) -> uuid.UUID:

@@ -18,6 +18,7 @@ import typer
 from aiohttp import web
 
 from dispatcher.console.app import Console, build_app
+from dispatcher.console.sampler import load_watch_settings
 from dispatcher.console.settings import load_console_settings
 from dispatcher.console.store import Store
 from dispatcher.dlq.records import resolve_dlq_topic
@@ -59,6 +60,7 @@ def console(
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     try:
         settings = load_console_settings(**overrides)
+        watch = load_watch_settings()
         topic = resolve_dlq_topic(group, dlq_topic)
         waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
         kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
@@ -68,7 +70,7 @@ def console(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     groups = [group] if group else []
-    asyncio.run(_serve(Console(settings, topic, waits, groups, kafka, Store(pg_dsn))))
+    asyncio.run(_serve(Console(settings, topic, waits, groups, kafka, Store(pg_dsn), watch)))
 
 
 async def _serve(console: Console) -> None:
