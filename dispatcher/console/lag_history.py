@@ -22,8 +22,7 @@ from dispatcher.console.pods import GroupSnapshot, TopicPartitionKey
 
 SPAN_S = 3600.0
 MAX_SERIES = 2000
-LAST_HOUR = Axis(-SPAN_S, 0, "minutes ago", lambda s: f"{-s / 60:.0f}",
-                 ticks=(-3600, -2700, -1800, -900, 0))
+SHORTEST_SPAN_S = 300.0  # a chart spans the samples held, the last hour at most, 5 min at least
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +113,13 @@ def lag_chart(chart_id: str, group: str, samples: dict[TopicPartitionKey, list[S
               now_ms: int) -> str:
     """A group's lag per partition over the last hour, as a chart."""
     lines = [Line(label, points) for label, points in lag_lines(samples, now_ms)]
-    return line_chart(chart_id, f"Lag per partition of {group}, last hour", lines, x=LAST_HOUR,
+    oldest = min((x for line in lines for x, _ in line.points), default=0.0)
+    span = min(SPAN_S, max(SHORTEST_SPAN_S, -oldest))
+    step = next(m for m in (1, 2, 5, 10, 15, 30) if span / 60 / m <= 6) * 60
+    ticks = [-step * k for k in range(int(span // step), -1, -1)]
+    axis = Axis(-span, 0, "minutes ago", lambda s: f"{-s / 60:.0f}", ticks=ticks)
+    last = "hour" if span >= SPAN_S else f"{span / 60:.0f} min (since the console began)"
+    return line_chart(chart_id, f"Lag per partition of {group}, last {last}", lines, x=axis,
                       y_unit="records behind (lag)",
                       empty="No lag sampled yet: the console samples its groups every interval "
                             "from its start.")

@@ -275,6 +275,7 @@ class QuietPod:
     seen_ago_s: float | None
     error: str | None
     members: list[PodStatus]
+    source: Source
     in_dns: bool
 
 
@@ -353,7 +354,8 @@ def quiet_pods(views: Sequence[GroupView], sightings: Sequence[Sighting],
         if sighting.members and all(s.member_id in members for s in sighting.members):
             continue
         quiet.append(QuietPod(sighting.url, sighting.answering, sighting.seen_ago_s(now_ms),
-                              sighting.error, sighting.members, sighting.in_dns))
+                              sighting.error, sighting.members, sighting.source,
+                              sighting.in_dns))
     return quiet
 
 

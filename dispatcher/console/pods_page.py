@@ -20,6 +20,7 @@ from dispatcher.console.pods import (
     PodStatus,
     QuietPod,
     SinceHow,
+    Source,
     as_json,
 )
 from dispatcher.console.render import page, table, text
@@ -60,10 +61,12 @@ def _pod_state(link: PodLink | None, configured: bool, now_ms: int) -> str:
     if link is None:
         return ("no status endpoint answered for it" if configured
                 else "no status endpoint configured")
+    where = f"<br><small>{text(link.url)}</small>"
     if link.answering:
-        return f'<span class="up">answering</span>, seen {_ago(link.seen_ago_s, now_ms)}'
+        return (f'<span class="up">answering</span>, seen {_ago(link.seen_ago_s, now_ms)}'
+                f"{where}")
     return (f'<span class="down">not answering</span> ({text(link.error)}); last seen '
-            f"{_ago(link.seen_ago_s, now_ms)}")
+            f"{_ago(link.seen_ago_s, now_ms)}{where}")
 
 
 def _window(status: PodStatus | None) -> str:
@@ -122,6 +125,10 @@ def _partition_cells(owner: str, row: PartitionRow) -> list[str]:
             text("" if row.lag is None else f"{row.lag:,}"), _since(row)]
 
 
+def _members(n: int) -> str:
+    return "1 member" if n == 1 else f"{n} members"
+
+
 def group_section(view: GroupView, chart: str, configured: bool, now_ms: int) -> str:
     members = table(["member (client id, host, member id)", "status endpoint", "window",
                      "records", "breaker, rate limit", "partitions", "lag"],
@@ -141,7 +148,7 @@ def group_section(view: GroupView, chart: str, configured: bool, now_ms: int) ->
     stalled_html = ("<p>No stalled record.</p>" if not stalled else table(
         ["member", "record", "state", "waiting for", "age"], stalled, css="stalled"))
     return (f'<section class="group"><h2>Group {text(view.group)}</h2>'
-            f"<p>State {text(view.state)}; {len(view.members)} members; lag "
+            f"<p>State {text(view.state)}; {_members(len(view.members))}; lag "
             f"{view.lag:,} records.</p>{members}<h3>Partitions</h3>{partitions}"
             f"<h3>Stalled records</h3>{stalled_html}<h3>Lag, last hour</h3>{chart}</section>")
 
@@ -157,11 +164,12 @@ def _quiet(pods: Sequence[QuietPod], now_ms: int) -> str:
                      f"({text(members)})")
         else:
             state = f'<span class="down">not answering</span> ({text(pod.error)})'
-        rows.append([text(pod.url), state, _ago(pod.seen_ago_s, now_ms),
-                     "yes" if pod.in_dns else "no (left the DNS name)"])
+        found = ("configured" if pod.source is Source.CONFIGURED
+                 else "DNS" if pod.in_dns else "DNS, no longer listed")
+        rows.append([text(pod.url), state, _ago(pod.seen_ago_s, now_ms), found])
     return ("<section><h2>Other status endpoints</h2><p>Endpoints that speak for no current "
             "member: starting, stopped, or another group's.</p>"
-            + table(["endpoint", "state", "last seen", "in DNS"], rows, css="quiet")
+            + table(["endpoint", "state", "last seen", "from"], rows, css="quiet")
             + "</section>")
 
 
@@ -197,7 +205,8 @@ def pods_json(sampler: Sampler) -> dict[str, Any]:
     return {"sampled_seconds_ago": sampler.sampled_ago_s(), "problems": _problems(sampler),
             "groups": [as_json(view) for view in views],
             "other_endpoints": [{"url": q.url, "answering": q.answering, "error": q.error,
-                                 "seconds_since_seen": q.seen_ago_s, "in_dns": q.in_dns,
+                                 "seconds_since_seen": q.seen_ago_s, "from": q.source.value,
+                                 "in_dns": q.in_dns,
                                  "member_ids": [s.member_id for s in q.members]}
                                 for q in quiet]}
 

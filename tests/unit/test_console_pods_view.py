@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.console.lag_history import LagHistory, lag_lines
+from dispatcher.console.lag_history import LagHistory, Sample, lag_chart, lag_lines
 from dispatcher.console.pod_status import dns_target, status_url
 from dispatcher.console.pods import (
     Committed,
@@ -200,3 +200,15 @@ def test_pod_addresses_and_settings_are_checked_with_one_clear_line() -> None:
         load_watch_settings(pod_status_dns="svc")
     settings = load_watch_settings(pod_status_urls=" http://a:1, http://b:2/status ,")
     assert settings.urls == ["http://a:1", "http://b:2/status"] and settings.dns is None
+
+
+def test_the_lag_chart_spans_the_samples_held_from_five_minutes_to_an_hour() -> None:
+    young = {("orders", 0): [Sample(NOW - 90_000, 1, 5), Sample(NOW, 1, 9)]}
+    chart = lag_chart("lag", "payments", young, NOW)
+    assert "last 5 min (since the console began)" in chart
+    assert [t for t in ("5", "4", "3", "2", "1", "0") if f">{t}</text>" in chart] == [
+        "5", "4", "3", "2", "1", "0"]
+    old = {("orders", 0): [Sample(NOW - 7_200_000, 1, 5), Sample(NOW, 1, 9)]}
+    chart = lag_chart("lag", "payments", old, NOW)
+    assert "Lag per partition of payments, last hour" in chart and ">60</text>" in chart
+    assert "No lag sampled yet" in lag_chart("lag", "payments", {}, NOW)
