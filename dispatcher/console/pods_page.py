@@ -114,8 +114,10 @@ def _member_cells(row: MemberRow, configured: bool, now_ms: int) -> list[str]:
            f"<small class=mono>{text(member.member_id)}</small>")
     held = (text(f"{len(row.partitions)} partitions") if row.partitions
             else "none (idle: the group has more members than partitions)")
-    return [who, _pod_state(row.pod, configured, now_ms), _window(status), _in_flight(status),
-            _flow(status), held, text(f"{row.lag:,}")]
+    said = [_window(status), _in_flight(status), _flow(status)]
+    if row.pod is not None and not row.pod.answering:  # what it said before it went quiet
+        said = [f"<small>as last seen:</small> {cell}" if cell else "" for cell in said]
+    return [who, _pod_state(row.pod, configured, now_ms), *said, held, text(f"{row.lag:,}")]
 
 
 def _partition_cells(owner: str, row: PartitionRow) -> list[str]:
@@ -144,7 +146,8 @@ def group_section(view: GroupView, chart: str, configured: bool, now_ms: int) ->
     stalled = [[text(row.member.client_id + " @ " + row.member.host),
                 text(f"{r.topic}/{r.partition}@{r.offset}"), text(r.state),
                 text(r.waiting_for), text(_age(r.age_seconds))]
-               for row in view.members if row.pod is not None for r in row.pod.status.stalled]
+               for row in view.members if row.pod is not None and row.pod.answering
+               for r in row.pod.status.stalled]
     stalled_html = ("<p>No stalled record.</p>" if not stalled else table(
         ["member", "record", "state", "waiting for", "age"], stalled, css="stalled"))
     return (f'<section class="group"><h2>Group {text(view.group)}</h2>'

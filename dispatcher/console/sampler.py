@@ -90,6 +90,12 @@ def load_watch_settings(**overrides: object) -> WatchSettings:
         raise config_error(exc, "console", ENV_PREFIX) from None
 
 
+def _ended(task: asyncio.Task[None]) -> None:
+    """A sampler that stops on its own is a bug: say so (pages then sample when asked)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("console: the sampler stopped: %r; pages sample when they are asked", exc)
+
+
 class Sampler:
     """Samples the groups and their pods every interval (`start`/`stop`; one task)."""
 
@@ -110,6 +116,7 @@ class Sampler:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="waitline-console-sampler")
+            self._task.add_done_callback(_ended)
 
     async def stop(self) -> None:
         if self._task is not None:

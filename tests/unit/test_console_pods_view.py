@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.console.auth import Principal
 from dispatcher.console.lag_history import LagHistory, Sample, lag_chart, lag_lines
 from dispatcher.console.pod_status import dns_target, status_url
 from dispatcher.console.pods import (
@@ -24,7 +25,9 @@ from dispatcher.console.pods import (
     quiet_pods,
     since_commit,
 )
+from dispatcher.console.pods_page import pods_page
 from dispatcher.console.sampler import load_watch_settings
+from dispatcher.console.settings import Role
 from dispatcher.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -212,3 +215,24 @@ def test_the_lag_chart_spans_the_samples_held_from_five_minutes_to_an_hour() -> 
     chart = lag_chart("lag", "payments", old, NOW)
     assert "Lag per partition of payments, last hour" in chart and ">60</text>" in chart
     assert "No lag sampled yet" in lag_chart("lag", "payments", {}, NOW)
+
+
+def test_the_page_says_states_in_words_escapes_names_and_marks_what_a_quiet_pod_said() -> None:
+    hostile = Member("m<script>", "<script>alert(1)</script>", "10.0.0.5", (("orders", 0),))
+    roster = PodRoster([URL_A, URL_B], forget_s=900)
+    roster.targets(None, NOW - 60_000)
+    roster.answered(URL_A, parse_status(_doc("m<script>")), NOW - 60_000)
+    roster.failed(URL_A, "no answer in time", NOW)
+    roster.answered(URL_B, parse_status(_doc("waitline-aaa")), NOW)
+    view = group_view(_snapshot((hostile, A), p0=Committed(900, NOW - 5000)),
+                      roster.sightings(), {}, NOW)
+    html = pods_page(Principal("ops", Role.VIEWER, None), [view], ["<svg></svg>"], [],
+                     configured=True, problems=["Kafka not read: <b>x</b>"],
+                     sampled_ago_s=3, interval_s=30, now_ms=NOW)
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "not answering" in html and "(no answer in time); last seen" in html
+    assert "as last seen:" in html and "&lt;b&gt;x&lt;/b&gt;" in html
+    stalled = html.split('class="stalled"')[1].split("</table>")[0]
+    assert "waitline @ 10.0.0.5" in stalled and "alert" not in stalled  # only the answering pod
+    assert "1 min" not in html and "1m00s ago" in html
+    assert "2 members" in html and "5s" in html
