@@ -13,7 +13,6 @@ client gets 429 with `Retry-After` before its credential is even looked at.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -324,10 +323,7 @@ async def logout(request: web.Request) -> web.Response:
 
 async def overview(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
-    now = datetime.now(UTC)
-    data, arrivals = await asyncio.gather(
-        db.overview(console.store, console.dlq_topic, console.wait_topic),
-        trend_reads.arrivals(console.store, console.dlq_topic, now, trend_reads.DAY_HOURS))
+    data = await db.overview(console.store, console.dlq_topic, console.wait_topic)
     try:
         lag = await group_lag(console.kafka, console.groups)
     except WaitlineError as exc:
@@ -335,8 +331,9 @@ async def overview(request: web.Request) -> web.Response:
         lag = []
     if wants_json(request):
         return _json({"dlq_topic": console.dlq_topic, "wait_topic": console.wait_topic,
-                      **data, "arrivals_24h": arrivals, "consumer_groups": lag})
-    chart = arrivals_chart("dlq-24h", arrivals, now, trend_reads.DAY_HOURS)
+                      **data, "consumer_groups": lag})
+    chart = arrivals_chart("dlq-24h", data["per_hour_by_class"], datetime.now(UTC),
+                           trend_reads.DAY_HOURS)
     return _html(render.overview_page(principal_of(request), console.dlq_topic,
                                       console.wait_topic, data, lag, arrivals_chart=chart))
 

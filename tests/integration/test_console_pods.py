@@ -155,7 +155,8 @@ async def test_trends_draw_dlq_arrivals_by_class_and_a_redrive_against_its_cap(
                             headers={"Accept": "text/html"}) as response:
             assert "Progress against its cap" in await response.text()
         overview = await _get(http, f"{base}/")
-        assert sum(row["records"] for row in overview["arrivals_24h"]) == 6
+        assert sum(row["records"] for row in overview["per_hour_by_class"]) == 6
+        assert sum(row["records"] for row in overview["per_hour"]) == 6
 
 
 def test_the_arrivals_query_reads_the_hourly_counts_by_their_key(pg_dsn: str) -> None:
