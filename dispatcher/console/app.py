@@ -1,8 +1,9 @@
 """The console's aiohttp application: server-rendered pages and a JSON API behind the same
 routes (`Accept: application/json`, or `?format=json`).
 
-Every response carries a strict Content-Security-Policy (scripts and styles from the console
-itself only, no inline code, no framing) and `nosniff`. Every route but the login page and the
+Every response, a raised 403, 404 or redirect included, carries a strict
+Content-Security-Policy (scripts and styles from the console itself only, no inline code, no
+framing), `nosniff`, and a `Server` header without a version. Every route but the login page and the
 static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
 `Authorization` header. Every state change is a POST; with a session it needs the session's
 CSRF token, and a redrive needs the operator role. The login form has its own pre-session
@@ -56,6 +57,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 _PUBLIC = ("/login", "/static/")
 _PRINCIPAL = web.RequestKey("principal", Principal)
+_STARTED = web.RequestKey("started", float)
+SERVER = "waitline-console"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -89,8 +92,9 @@ CONSOLE = web.AppKey("console", Console)
 
 
 def build_app(console: Console) -> web.Application:
-    app = web.Application(middlewares=[_headers, _errors, _authenticated],
+    app = web.Application(middlewares=[_timed, _errors, _authenticated],
                           client_max_size=1024 * 1024)
+    app.on_response_prepare.append(_security_headers)
     app[CONSOLE] = console
     routes = [
         web.get("/login", login_form), web.post("/login", login),
@@ -117,17 +121,24 @@ async def _close(app: web.Application) -> None:
 # -- middlewares ------------------------------------------------------------------------------
 
 @web.middleware
-async def _headers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    started = time.perf_counter()
-    response = await handler(request)
-    # The server's own time for the request (the console's benchmark reads it).
-    response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
-    response.headers["Content-Security-Policy"] = CSP
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers.setdefault("Cache-Control", "no-store")
-    return response
+async def _timed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request[_STARTED] = time.perf_counter()
+    return await handler(request)
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response's headers, set as it is sent: a raised 403, 404 or redirect gets them
+    too, and the `Server` header names no version."""
+    headers = response.headers
+    if (started := request.get(_STARTED)) is not None:
+        # The server's own time for the request (the console's benchmark reads it).
+        headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    headers["Content-Security-Policy"] = CSP
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers["X-Frame-Options"] = "DENY"
+    headers["Referrer-Policy"] = "no-referrer"
+    headers["Server"] = SERVER
+    headers.setdefault("Cache-Control", "no-store")
 
 
 @web.middleware

@@ -196,3 +196,13 @@ class ConsoleThread:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
+
+
+def loopback_console(dsn: str, *, dlq_topic: str = "orders.dlq",
+                     bootstrap: str = "127.0.0.1:9", **settings: object) -> Console:
+    """A console on the registry `dsn` whose Kafka is `bootstrap` (by default a closed port:
+    for what needs no record), with the test credentials and `settings`."""
+    config = ConsoleSettings(credentials=credentials(), **settings)  # type: ignore[arg-type]
+    kafka = KafkaClientSettings(bootstrap_servers=bootstrap, client_id="test").kafka()
+    return Console(config, dlq_topic, dlq_topic.removesuffix(".dlq") + ".wait", [], kafka,
+                   Store(dsn))

@@ -1,0 +1,68 @@
+"""The console's smaller defences over loopback HTTP (aiohttp's test server, sessions and the
+index in a real PostgreSQL; Kafka is a closed port unless a test needs a record): security
+headers on every response, tampered cursors, what an error page names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from console_helpers import OPERATOR_PASSWORD, OPERATOR_TOKEN, VIEWER_TOKEN, loopback_console
+
+from dispatcher.console.app import build_app
+
+pytestmark = pytest.mark.integration
+
+Client = TestClient[web.Request, web.Application]
+VIEWER = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+
+
+@pytest.fixture
+async def client(pg_dsn: str) -> AsyncIterator[Client]:
+    async with TestClient(TestServer(build_app(loopback_console(pg_dsn)))) as http:
+        yield http
+
+
+async def _logged_in(http: Client) -> None:
+    """Log `alice` in through the form, as a browser does."""
+    response = await http.get("/login")
+    token = re.search(r'name="csrf" value="([^"]+)"', await response.text())
+    assert token is not None
+    response = await http.post("/login", data={"name": "alice", "password": OPERATOR_PASSWORD,
+                                                "csrf": token.group(1)}, allow_redirects=False)
+    assert response.status == 303
+
+
+def _hardened(response_headers: object, what: str) -> None:
+    headers = dict(response_headers)  # type: ignore[call-overload]
+    assert "frame-ancestors 'none'" in headers.get("Content-Security-Policy", ""), what
+    assert headers.get("X-Content-Type-Options") == "nosniff", what
+    assert headers.get("X-Frame-Options") == "DENY", what
+    server = headers.get("Server", "")
+    assert not re.search(r"\d", server) and "aiohttp" not in server.lower(), (what, server)
+
+
+async def test_every_response_carries_the_security_headers_and_no_server_version(
+        client: Client) -> None:
+    seen = []
+    for method, path, headers, status in (
+            ("GET", "/login", {}, 200),
+            ("GET", "/dlq", {}, 303),                                # to the login form
+            ("GET", "/dlq", {"Accept": "application/json"}, 401),
+            ("GET", "/no/such/page", VIEWER, 404),
+            ("GET", "/redrives/not-a-uuid", VIEWER, 404),
+            ("POST", "/redrives/plan", VIEWER, 403),                 # a viewer may not
+            ("PUT", "/dlq", VIEWER, 405),
+            ("GET", "/dlq?since=yesterday", VIEWER, 400),
+            ("GET", "/static/console.css", {}, 200),
+            ("POST", "/logout", OPERATOR, 303)):
+        response = await client.request(method, path, headers=headers, allow_redirects=False)
+        assert response.status == status, (method, path, await response.text())
+        _hardened(response.headers, f"{method} {path} ({status})")
+        seen.append(status)
+    await _logged_in(client)  # the login's own redirect, with its cookie
+    assert len(seen) == 10
