@@ -66,3 +66,24 @@ async def test_every_response_carries_the_security_headers_and_no_server_version
         seen.append(status)
     await _logged_in(client)  # the login's own redirect, with its cookie
     assert len(seen) == 10
+
+
+@pytest.mark.parametrize("cursor", [
+    "99999999999999999999.0.0", "-99999999999999999.0.0", "1.99999999999.0",
+    "1.0.99999999999999999999", "1.-1.-1", "1.0", "a.b.c", "1.0.0.0", "\uff11.0.0", ""])
+async def test_a_tampered_cursor_answers_400_never_500(client: Client, cursor: str) -> None:
+    response = await client.get("/dlq", params={"before": cursor}, headers=VIEWER)
+    assert response.status in (200, 400), (cursor, response.status)
+    if cursor:
+        assert response.status == 400, cursor
+        assert "cursor" in await response.text()
+
+
+@pytest.mark.parametrize("params", [
+    {"original_partition": "99999999999"}, {"record": "99999999999/1"},
+    {"record": "1/99999999999999999999"}, {"since": "9999-12-31T23:59:59"},
+    {"until": "0001-01-01T00:00:00+14:00"}, {"limit": "99999999999999999999"}])
+async def test_out_of_range_filters_answer_400_or_a_page_never_500(
+        client: Client, params: dict[str, str]) -> None:
+    response = await client.get("/dlq", params=params, headers=VIEWER)
+    assert response.status in (200, 400), (params, response.status, await response.text())
