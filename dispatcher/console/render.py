@@ -19,14 +19,16 @@ from typing import Any
 from urllib.parse import urlencode
 
 from dispatcher.console.auth import CSRF_FIELD, Principal
+from dispatcher.console.jsontext import PARSE_MAX_BYTES, pretty_json
 from dispatcher.console.redrive import PlannedRedrive
 from dispatcher.dlq.audit import CLI_ROLE
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.previews import preview_bytes
 
 SHOWN_BYTES = 64 * 1024
-PRETTY_MAX_BYTES = 1024 * 1024
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+PRETTY_MAX_BYTES = PARSE_MAX_BYTES
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                      r"\ud800-\udfff]")  # and lone surrogates, which no page can encode
 
 
 def text(value: object) -> str:
@@ -264,10 +266,7 @@ def value_block(data: bytes | None, download: str) -> str:
         return "<p><em>(null)</em></p>"
     size = f"{len(data):,} bytes"
     if len(data) <= PRETTY_MAX_BYTES:
-        try:
-            pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
-        except (ValueError, UnicodeDecodeError):
-            pretty = None
+        pretty = pretty_json(data)  # duplicate members kept; too deep: not JSON here
         if pretty is not None and len(pretty) <= SHOWN_BYTES:
             return f"<p>{size}, JSON</p><pre class=value>{text(pretty)}</pre>"
     shown = data[:SHOWN_BYTES]
