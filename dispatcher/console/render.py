@@ -205,7 +205,7 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
                 replays: Sequence[Mapping[str, Any]]) -> str:
     at = record.coordinates
     entry = record.entry
-    summary = [("DLQ", f"{dlq_topic} {at}"), ("written", when(_at_ms(record.timestamp_ms)))]
+    summary = [("DLQ", text(f"{dlq_topic} {at}")), ("written", when(_at_ms(record.timestamp_ms)))]
     if entry is None:
         summary.append(("problem", text(record.problem)))
     else:

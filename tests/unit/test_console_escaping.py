@@ -52,3 +52,8 @@ def test_duplicate_members_are_all_shown() -> None:
                         "/d")
     assert shown.count("&quot;pan&quot;") == 2
     assert "1e400" in shown and "12345678901234567890" in shown
+
+
+def test_the_dlq_topics_name_is_escaped_like_everything_else() -> None:
+    page = record_page(VIEWER, "<b>dlq</b>", _record(b"{}"), history=None, replays=[])
+    assert "<b>dlq</b>" not in page and "&lt;b&gt;dlq&lt;/b&gt;" in page
