@@ -23,6 +23,7 @@ from dispatcher.errors import config_error
 
 ENV_PREFIX = "WAITLINE_CONSOLE_"
 MIN_SECRET_CHARS = 12
+MIN_DISTINCT_CHARS = 5  # "aaaa…", "abab…": guessed first
 
 
 class Role(enum.StrEnum):
@@ -44,8 +45,17 @@ class Credential(BaseModel):
         secrets = [s for s in (self.token, self.password) if s is not None]
         if len(secrets) != 1:
             raise ValueError("give a token or a password, exactly one")
-        if len(secrets[0].get_secret_value()) < MIN_SECRET_CHARS:
+        secret = secrets[0].get_secret_value()
+        if len(secret) < MIN_SECRET_CHARS:
             raise ValueError(f"a token or password needs at least {MIN_SECRET_CHARS} characters")
+        if not secret.strip():
+            raise ValueError("the token or password is whitespace only")
+        if secret != secret.strip():
+            raise ValueError("the token or password starts or ends with whitespace (a header's "
+                             "value loses it)")
+        if len(set(secret)) < MIN_DISTINCT_CHARS:
+            raise ValueError(f"the token or password repeats fewer than {MIN_DISTINCT_CHARS} "
+                             "different characters")
         return self
 
 
