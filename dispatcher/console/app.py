@@ -149,6 +149,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _problem(request, 400, str(exc))
     except WaitlineError as exc:
         log.warning("console request failed: %s", exc)
+        principal = request.get(_PRINCIPAL)
+        if principal is None or not principal.may_redrive:  # hosts and ports are not theirs
+            return _problem(request, 502, "Kafka or the registry failed or did not answer; the "
+                                          "console's log has the details")
         return _problem(request, 502, str(exc))
 
 

@@ -87,3 +87,18 @@ async def test_out_of_range_filters_answer_400_or_a_page_never_500(
         client: Client, params: dict[str, str]) -> None:
     response = await client.get("/dlq", params=params, headers=VIEWER)
     assert response.status in (200, 400), (params, response.status, await response.text())
+
+
+async def test_a_502_names_no_host_to_a_viewer_and_the_cause_to_an_operator(
+        client: Client) -> None:
+    # Kafka is a closed port on 127.0.0.1: reading a record fails.
+    for headers in (VIEWER, {**VIEWER, "Accept": "application/json"}):
+        response = await client.get("/dlq/record/0/0", headers=headers)
+        assert response.status == 502
+        body = await response.text()
+        assert "127.0.0.1" not in body and ":9" not in body, body
+        assert "log has the details" in body
+    response = await client.get("/dlq/record/0/0", headers={**OPERATOR,
+                                                            "Accept": "application/json"})
+    assert response.status == 502
+    assert "127.0.0.1" in (await response.json())["error"]
