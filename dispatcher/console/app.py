@@ -73,6 +73,7 @@ class Console:
     groups: list[str]
     kafka: KafkaConfig
     store: db.Store
+    login_store: db.Store = field(init=False)  # sessions and throttling: never behind searches
     auth: Authenticator = field(init=False)
     sessions: Sessions = field(init=False)
     throttle: LoginThrottle = field(init=False)
@@ -80,8 +81,12 @@ class Console:
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self.store.statement_timeout_s = settings.statement_timeout_s
+        self.login_store = db.Store(self.store.dsn, db.LOGIN_POOL_SIZE,
+                                    name="waitline-console-login",
+                                    statement_timeout_s=settings.statement_timeout_s)
         self.auth = Authenticator(settings)
-        self.sessions = Sessions(self.store, settings)
+        self.sessions = Sessions(self.login_store, settings)
         self.throttle = LoginThrottle(
             max_failures=settings.login_max_failures, window_s=settings.login_window_s,
             lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s)
@@ -116,6 +121,7 @@ async def _close(app: web.Application) -> None:
     console = app[CONSOLE]
     await console.redrives.close()
     await console.store.close()
+    await console.login_store.close()
 
 
 # -- middlewares ------------------------------------------------------------------------------

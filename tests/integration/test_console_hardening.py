@@ -4,9 +4,12 @@ headers on every response, tampered cursors, what an error page names."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -102,3 +105,24 @@ async def test_a_502_names_no_host_to_a_viewer_and_the_cause_to_an_operator(
                                                             "Accept": "application/json"})
     assert response.status == 502
     assert "127.0.0.1" in (await response.json())["error"]
+
+
+async def test_slow_searches_cannot_stall_logins_and_end_at_the_statement_timeout(
+        pg_dsn: str) -> None:
+    console = loopback_console(pg_dsn, statement_timeout_s=1.5)
+    async with TestClient(TestServer(build_app(console))) as http, \
+            await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
+        await http.get("/dlq", headers=VIEWER)  # the index's table exists
+        async with blocker.transaction():
+            # Every search now waits for this lock: the search pool fills up with them.
+            await blocker.execute("LOCK TABLE dlq_record IN ACCESS EXCLUSIVE MODE")
+            searches = [asyncio.create_task(http.get("/dlq", headers=VIEWER))
+                        for _ in range(8)]
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            await asyncio.wait_for(_logged_in(http), 10)
+            login_s = time.monotonic() - started
+            done = await asyncio.wait_for(asyncio.gather(*searches), 30)
+        assert {response.status for response in done} == {502}
+        assert "log has the details" in await done[0].text()
+    print(f"login while 8 searches waited on a lock: {login_s * 1000:.0f} ms")
