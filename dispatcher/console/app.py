@@ -284,6 +284,8 @@ async def login(request: web.Request) -> web.Response:
             return _too_many(request, lock)
         return _login_page(request, "Those credentials are not known.", status=401)
     console.throttle.succeeded(keys)
+    if (older := request.cookies.get(SESSION_COOKIE)) is not None:
+        await console.sessions.close(older)  # one session per browser
     response = web.HTTPSeeOther("/")
     response.set_cookie(SESSION_COOKIE, await console.sessions.open(principal), httponly=True,
                         samesite="Strict", path="/", secure=request.secure)

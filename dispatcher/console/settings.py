@@ -69,6 +69,7 @@ class ConsoleSettings(BaseSettings):
     port: Annotated[int, Field(ge=0, le=65535)] = 8088
     credentials: dict[str, Credential] = Field(default_factory=dict)
     session_hours: Annotated[float, Field(gt=0)] = 8.0
+    session_idle_minutes: Annotated[float, Field(gt=0)] = 30.0
     statement_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # each query of the registry
     default_rate: Annotated[float, Field(gt=0)] = 200.0  # records per second of a redrive
     max_rate: Annotated[float, Field(gt=0)] = 5_000.0

@@ -202,7 +202,8 @@ def loopback_console(dsn: str, *, dlq_topic: str = "orders.dlq",
                      bootstrap: str = "127.0.0.1:9", **settings: object) -> Console:
     """A console on the registry `dsn` whose Kafka is `bootstrap` (by default a closed port:
     for what needs no record), with the test credentials and `settings`."""
-    config = ConsoleSettings(credentials=credentials(), **settings)  # type: ignore[arg-type]
+    settings.setdefault("credentials", credentials())
+    config = ConsoleSettings(**settings)  # type: ignore[arg-type]
     kafka = KafkaClientSettings(bootstrap_servers=bootstrap, client_id="test").kafka()
     return Console(config, dlq_topic, dlq_topic.removesuffix(".dlq") + ".wait", [], kafka,
                    Store(dsn))
