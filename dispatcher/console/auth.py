@@ -4,10 +4,14 @@ A browser logs in once (`POST /login`, a token, or a name and password) and gets
 cookie (HttpOnly, SameSite=Strict) naming a random session id (`dispatcher.console.sessions`,
 kept in PostgreSQL); the session names the person, their role and its CSRF token, which every
 state-changing form sends back. Scripts send
-`Authorization: Bearer <token>` or basic auth on each request instead; the console never asks
-a browser for basic auth (no `WWW-Authenticate` challenge), so a browser never attaches those
-credentials by itself, and requests carrying them need no CSRF token. Secrets are compared in
-constant time and never logged or shown.
+`Authorization: Bearer <token>` or basic auth on each request instead. A browser never sends a
+bearer token by itself, so those requests need no CSRF token; but a browser that was once given
+basic credentials (typed into a URL, or for another page of the same host) attaches them to
+every request, a forged cross-site form's too, so a state change authenticated by basic auth
+needs the CSRF token as well: one derived from the name and password (scrypt, so the token
+shown in a page does not make the password quicker to guess), the same on every replica and in
+every page the console serves to that person. The console never asks for basic auth (no
+`WWW-Authenticate` challenge). Secrets are compared in constant time and never logged or shown.
 
 The login form itself is CSRF-protected too (login CSRF: a forged form would log a browser into
 an attacker's account): `GET /login` sets a random pre-session token in a SameSite=Strict,
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import hashlib
 import hmac
 import re
 import secrets
@@ -35,11 +41,13 @@ LOGIN_COOKIE = "waitline_console_login"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
 _LOGIN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # token_urlsafe(32)
+_BASIC_CSRF_LABEL = b"waitline-console-basic-csrf:"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An authenticated person or script; `csrf` is None when it authenticated per request."""
+    """An authenticated person or script; `csrf` is None when it authenticated by a bearer
+    token (a browser never sends one by itself)."""
 
     name: str
     role: Role
@@ -80,7 +88,9 @@ class Authenticator:
         if scheme.lower() == "bearer" and value:
             return self.by_token(value.strip())
         if (pair := _basic_pair(authorization)) is not None:
-            return self.by_password(*pair)
+            found = self.by_password(*pair)
+            return None if found is None else Principal(found.name, found.role,
+                                                        basic_csrf_token(*pair))
         return None
 
     @staticmethod
@@ -103,6 +113,15 @@ def _basic_pair(authorization: str) -> tuple[str, str] | None:
     return (name, password) if sep else None
 
 
+@functools.lru_cache(maxsize=64)
+def basic_csrf_token(name: str, password: str) -> str:
+    """The CSRF token of requests authenticated by basic auth as `name` (see the module
+    docstring); costly to derive once (scrypt), then remembered."""
+    digest = hashlib.scrypt(password.encode(), salt=_BASIC_CSRF_LABEL + name.encode(),
+                            n=2**14, r=8, p=1, dklen=32)
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 def new_login_token() -> str:
     """A pre-session CSRF token for the login form (its cookie and its hidden field)."""
     return secrets.token_urlsafe(32)
@@ -121,8 +140,8 @@ def login_csrf_ok(cookie: str | None, sent: str | None) -> bool:
 
 
 def csrf_ok(principal: Principal, sent: str | None) -> bool:
-    """Whether a state-changing request of `principal` carries its session's CSRF token
-    (per-request credentials need none)."""
+    """Whether a state-changing request of `principal` carries its CSRF token (a bearer
+    token's requests need none)."""
     if principal.csrf is None:
         return True
     return sent is not None and hmac.compare_digest(principal.csrf.encode(), sent.encode())

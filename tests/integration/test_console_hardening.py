@@ -5,6 +5,7 @@ headers on every response, tampered cursors, what an error page names."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import time
 from collections.abc import AsyncIterator
@@ -126,3 +127,26 @@ async def test_slow_searches_cannot_stall_logins_and_end_at_the_statement_timeou
         assert {response.status for response in done} == {502}
         assert "log has the details" in await done[0].text()
     print(f"login while 8 searches waited on a lock: {login_s * 1000:.0f} ms")
+
+
+async def test_a_browsers_cached_basic_credentials_still_need_the_csrf_token(
+        client: Client) -> None:
+    basic = {"Authorization": "Basic " + base64.b64encode(
+        f"alice:{OPERATOR_PASSWORD}".encode()).decode()}
+    # A forged cross-site form: the browser attaches the Basic credentials it cached.
+    response = await client.post("/logout", headers=basic, data={}, allow_redirects=False)
+    assert response.status == 403 and "CSRF" in await response.text()
+    response = await client.post("/redrives/plan", headers=basic, data={"exception": "E"})
+    assert response.status == 403
+    page = await (await client.get("/dlq", headers=basic)).text()
+    token = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert token is not None  # the console's own forms carry it
+    response = await client.post("/logout", headers=basic, data={"csrf": token.group(1)},
+                                 allow_redirects=False)
+    assert response.status == 303
+    response = await client.post("/logout", headers={**basic, "X-CSRF-Token": token.group(1)},
+                                 allow_redirects=False)
+    assert response.status == 303
+    # A bearer token is never sent by a browser on its own: it needs no CSRF token.
+    response = await client.post("/logout", headers=OPERATOR, allow_redirects=False)
+    assert response.status == 303

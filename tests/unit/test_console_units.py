@@ -10,7 +10,13 @@ import uuid
 import pytest
 from pydantic import SecretStr
 
-from dispatcher.console.auth import Authenticator, LoginThrottle, Principal, csrf_ok
+from dispatcher.console.auth import (
+    Authenticator,
+    LoginThrottle,
+    Principal,
+    basic_csrf_token,
+    csrf_ok,
+)
 from dispatcher.console.query import Cursor, DlqQuery
 from dispatcher.console.render import bytes_text, text, value_block
 from dispatcher.console.sessions import csrf_token, session_digest
@@ -60,7 +66,9 @@ def test_tokens_passwords_and_headers_name_their_principal() -> None:
     assert auth.by_password("alice", "wrong") is None
     assert auth.by_password("grafana", TOKEN) is None  # a token is not a password
     basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
-    assert auth.by_header(f"Basic {basic}") == Principal("alice", Role.OPERATOR)
+    by_basic = auth.by_header(f"Basic {basic}")
+    assert by_basic == Principal("alice", Role.OPERATOR, basic_csrf_token("alice", PASSWORD))
+    assert by_basic.csrf and PASSWORD not in by_basic.csrf  # a browser may have cached them
     assert auth.by_header(f"Bearer {TOKEN}") == Principal("grafana", Role.VIEWER)
     assert auth.by_header("Basic !!!") is None
 
