@@ -7,9 +7,9 @@ framing), `nosniff`, and a `Server` header without a version. Every route but th
 static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
 `Authorization` header. Every state change is a POST; with a session it needs the session's
 CSRF token, and a redrive needs the operator role. The login form has its own pre-session
-CSRF token (a cookie and a form field that must match), and failed logins (the form, or a
-wrong `Authorization` header) are throttled per client address and per user name: a locked-out
-client gets 429 with `Retry-After` before its credential is even looked at.
+CSRF token (a cookie and a form field that must match), and failed logins are throttled
+(`dispatcher.console.throttle`): a password's name, once locked out, gets 429 with
+`Retry-After` before the password is looked at; a valid token is never refused.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from dispatcher.console.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
     Authenticator,
-    LoginThrottle,
     Principal,
     csrf_ok,
     login_csrf_ok,
@@ -46,6 +45,12 @@ from dispatcher.console.query import DlqQuery
 from dispatcher.console.redrive import PlannedRedrive, RedriveManager
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
+from dispatcher.console.throttle import (
+    LoginThrottle,
+    ThrottlePolicy,
+    address_key,
+    name_key,
+)
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -87,9 +92,9 @@ class Console:
                                     statement_timeout_s=settings.statement_timeout_s)
         self.auth = Authenticator(settings)
         self.sessions = Sessions(self.login_store, settings)
-        self.throttle = LoginThrottle(
+        self.throttle = LoginThrottle(self.login_store, ThrottlePolicy(
             max_failures=settings.login_max_failures, window_s=settings.login_window_s,
-            lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s)
+            lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s))
         self.redrives = RedriveManager(self.kafka, self.store, self.settings.max_rate)
 
 
@@ -170,15 +175,10 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
     principal = None
     header = request.headers.get("Authorization")
     if header is not None:
-        claimed = console.auth.basic_name(header)
-        keys = _throttle_keys(request, claimed)
-        if (wait := console.throttle.retry_after(keys)) is not None:
-            return _too_many(request, wait)
-        principal = console.auth.by_header(header)
-        if principal is None:
-            _failed_login(console, request, keys, claimed)
-        else:
-            console.throttle.succeeded(keys)
+        found = await _by_header(console, request, header)
+        if isinstance(found, web.Response):
+            return found
+        principal = found
     elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
         principal = await console.sessions.principal(session)
     if principal is None:
@@ -195,6 +195,27 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
                                           "or wrong); reload the page and try again")
     request[_PRINCIPAL] = principal
     return await handler(request)
+
+
+async def _by_header(console: Console, request: web.Request,
+                     header: str) -> Principal | web.Response | None:
+    """The principal of an `Authorization` header, None, or the 429 of a lock-out."""
+    claimed = console.auth.basic_name(header)
+    if claimed is None:  # a token: a valid one is never refused
+        principal = console.auth.by_header(header)
+        if principal is None and (lock := await _failed_login(
+                console, request, [address_key(request.remote)], None)) is not None:
+            return _too_many(request, lock)
+        return principal
+    keys = [name_key(claimed, console.settings.credentials)]
+    if (wait := await console.throttle.retry_after(keys)) is not None:
+        return _too_many(request, wait)
+    principal = console.auth.by_header(header)
+    if principal is None:
+        await _failed_login(console, request, keys, claimed)
+    else:
+        await console.throttle.succeeded(keys)
+    return principal
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -274,16 +295,20 @@ async def login(request: web.Request) -> web.Response:
         return _login_page(request, "The login form was stale or did not come from this "
                                     "console; please log in again.", status=403)
     token, name = str(form.get("token", "")), str(form.get("name", ""))
-    keys = _throttle_keys(request, None if token else name)
-    if (wait := console.throttle.retry_after(keys)) is not None:
-        return _too_many(request, wait)
-    principal = (console.auth.by_token(token) if token
-                 else console.auth.by_password(name, str(form.get("password", ""))))
+    if token:  # a valid token is never refused; a wrong one counts against the address
+        keys = [address_key(request.remote)]
+        principal = console.auth.by_token(token)
+    else:
+        keys = [name_key(name, console.settings.credentials)]
+        if (wait := await console.throttle.retry_after(keys)) is not None:
+            return _too_many(request, wait)
+        principal = console.auth.by_password(name, str(form.get("password", "")))
     if principal is None:
-        if (lock := _failed_login(console, request, keys, None if token else name)) is not None:
+        if (lock := await _failed_login(console, request, keys,
+                                        None if token else name)) is not None:
             return _too_many(request, lock)
         return _login_page(request, "Those credentials are not known.", status=401)
-    console.throttle.succeeded(keys)
+    await console.throttle.succeeded(keys)
     if (older := request.cookies.get(SESSION_COOKIE)) is not None:
         await console.sessions.close(older)  # one session per browser
     response = web.HTTPSeeOther("/")
@@ -294,19 +319,11 @@ async def login(request: web.Request) -> web.Response:
     raise response
 
 
-def _throttle_keys(request: web.Request, name: str | None) -> list[str]:
-    """What a login attempt counts against: its client address, and the name it claims."""
-    keys = [f"address:{request.remote or 'unknown'}"]
-    if name:
-        keys.append(f"name:{name.casefold()}")
-    return keys
-
-
-def _failed_login(console: Console, request: web.Request, keys: list[str],
-                  name: str | None) -> float | None:
+async def _failed_login(console: Console, request: web.Request, keys: list[str],
+                        name: str | None) -> float | None:
     """Count a failed login; log it without the secret (and without a name that is not one of
     ours, which may be a password typed into the wrong field). Returns a lock-out it began."""
-    lock = console.throttle.failed(keys)
+    lock = await console.throttle.failed(keys)
     known = name if name is not None and name in console.settings.credentials else None
     log.warning("console login refused from %s%s%s", request.remote or "unknown",
                 f" for {known}" if known else "",

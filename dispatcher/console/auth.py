@@ -16,8 +16,8 @@ every page the console serves to that person. The console never asks for basic a
 The login form itself is CSRF-protected too (login CSRF: a forged form would log a browser into
 an attacker's account): `GET /login` sets a random pre-session token in a SameSite=Strict,
 HttpOnly cookie and writes the same token into the form; `POST /login` is only looked at when
-the two match (double submit, compared in constant time). Failed logins are throttled per
-client address and per user name (`LoginThrottle`).
+the two match (double submit, compared in constant time). Failed logins are throttled
+(`dispatcher.console.throttle`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ import hashlib
 import hmac
 import re
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dispatcher.console.settings import ConsoleSettings, Role
@@ -145,69 +142,3 @@ def csrf_ok(principal: Principal, sent: str | None) -> bool:
     if principal.csrf is None:
         return True
     return sent is not None and hmac.compare_digest(principal.csrf.encode(), sent.encode())
-
-
-@dataclass(slots=True)
-class _Failures:
-    count: int
-    last: float
-    locked_until: float
-
-
-class LoginThrottle:
-    """Failed logins per key (a client address, a user name): after `max_failures` failures
-    within `window_s` of each other, a key is locked out for `lockout_s`, doubling with each
-    further failure up to `max_lockout_s`. A success clears the keys it names.
-
-    Keys are kept in this process's memory, at most `max_keys` of them (the stalest go first),
-    so a flood of made-up names cannot grow it without bound; each console replica counts its
-    own failures, and a restart forgets them."""
-
-    def __init__(self, *, max_failures: int, window_s: float, lockout_s: float,
-                 max_lockout_s: float, max_keys: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._max_failures = max_failures
-        self._window_s = window_s
-        self._lockout_s = lockout_s
-        self._max_lockout_s = max_lockout_s
-        self._max_keys = max_keys
-        self._clock = clock
-        self._keys: dict[str, _Failures] = {}
-        self._lock = threading.Lock()
-
-    def retry_after(self, keys: Iterable[str]) -> float | None:
-        """Seconds until any of `keys` may try again, or None when none is locked out."""
-        now = self._clock()
-        with self._lock:
-            waits = [found.locked_until - now for key in keys
-                     if (found := self._keys.get(key)) is not None and found.locked_until > now]
-        return max(waits) if waits else None
-
-    def failed(self, keys: Iterable[str]) -> float | None:
-        """Count a failure against each key; returns the longest lock-out it started, if any."""
-        now = self._clock()
-        longest: float | None = None
-        with self._lock:
-            for key in keys:
-                found = self._keys.pop(key, None)  # re-inserted last: the dict stays by age
-                if found is None or now - max(found.last, found.locked_until) > self._window_s:
-                    found = _Failures(0, now, 0.0)
-                found.count += 1
-                found.last = now
-                over = found.count - self._max_failures
-                if over >= 0:
-                    lock = min(self._lockout_s * 2.0 ** over, self._max_lockout_s)
-                    found.locked_until = now + lock
-                    longest = lock if longest is None else max(longest, lock)
-                self._keys[key] = found
-            while len(self._keys) > self._max_keys:
-                del self._keys[next(iter(self._keys))]
-        return longest
-
-    def succeeded(self, keys: Iterable[str]) -> None:
-        with self._lock:
-            for key in keys:
-                self._keys.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._keys)

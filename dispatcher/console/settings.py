@@ -73,12 +73,13 @@ class ConsoleSettings(BaseSettings):
     statement_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # each query of the registry
     default_rate: Annotated[float, Field(gt=0)] = 200.0  # records per second of a redrive
     max_rate: Annotated[float, Field(gt=0)] = 5_000.0
-    # Failed logins (per client address and per user name): after this many failures within
-    # the window, locked out for login_lockout_s, doubling with each further failure.
+    # Failed logins (dispatcher/console/throttle.py: per user name, tokens per address): after
+    # this many failures within the window, locked out for login_lockout_s, doubling with each
+    # further failure up to login_max_lockout_s.
     login_max_failures: Annotated[int, Field(ge=1)] = 5
     login_window_s: Annotated[float, Field(gt=0)] = 900.0
     login_lockout_s: Annotated[float, Field(gt=0)] = 30.0
-    login_max_lockout_s: Annotated[float, Field(gt=0)] = 3600.0
+    login_max_lockout_s: Annotated[float, Field(gt=0)] = 900.0
 
     @model_validator(mode="after")
     def _someone(self) -> ConsoleSettings:
