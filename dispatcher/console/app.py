@@ -40,6 +40,7 @@ from dispatcher.console.auth import (
     looks_like_login_token,
     new_login_token,
 )
+from dispatcher.console.exposure import HSTS, Exposure, cookie_name
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.console.query import DlqQuery
 from dispatcher.console.redrive import PlannedRedrive, RedriveManager
@@ -63,6 +64,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 _PUBLIC = ("/login", "/static/")
 _PRINCIPAL = web.RequestKey("principal", Principal)
 _STARTED = web.RequestKey("started", float)
+_SECURE = web.RequestKey("secure", bool)
 SERVER = "waitline-console"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -82,6 +84,7 @@ class Console:
     auth: Authenticator = field(init=False)
     sessions: Sessions = field(init=False)
     throttle: LoginThrottle = field(init=False)
+    exposure: Exposure = field(init=False)
     redrives: RedriveManager = field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class Console:
         self.login_store = db.Store(self.store.dsn, db.LOGIN_POOL_SIZE,
                                     name="waitline-console-login",
                                     statement_timeout_s=settings.statement_timeout_s)
+        self.exposure = Exposure.of(settings.host, settings.trusted_proxies,
+                                    settings.allowed_hosts)
         self.auth = Authenticator(settings)
         self.sessions = Sessions(self.login_store, settings)
         self.throttle = LoginThrottle(self.login_store, ThrottlePolicy(
@@ -102,7 +107,7 @@ CONSOLE = web.AppKey("console", Console)
 
 
 def build_app(console: Console) -> web.Application:
-    app = web.Application(middlewares=[_timed, _errors, _authenticated],
+    app = web.Application(middlewares=[_timed, _exposed, _errors, _authenticated],
                           client_max_size=1024 * 1024)
     app.on_response_prepare.append(_security_headers)
     app[CONSOLE] = console
@@ -137,6 +142,22 @@ async def _timed(request: web.Request, handler: Handler) -> web.StreamResponse:
     return await handler(request)
 
 
+@web.middleware
+async def _exposed(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The Host check, and https as a trusted proxy forwarded it
+    (`dispatcher.console.exposure`)."""
+    exposure = request.app[CONSOLE].exposure
+    if not exposure.host_allowed(request.headers.get("Host")):
+        return _problem(request, 421, "this console does not answer to that Host name "
+                                      "(WAITLINE_CONSOLE_ALLOWED_HOSTS names those it does)")
+    if request.secure:
+        request[_SECURE] = True
+    elif exposure.forwarded_https(request.remote, request.headers.get("X-Forwarded-Proto")):
+        request[_SECURE] = True
+        request = request.clone(scheme="https")
+    return await handler(request)
+
+
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """Every response's headers, set as it is sent: a raised 403, 404 or redirect gets them
     too, and the `Server` header names no version."""
@@ -149,6 +170,8 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     headers["X-Frame-Options"] = "DENY"
     headers["Referrer-Policy"] = "no-referrer"
     headers["Server"] = SERVER
+    if request.get(_SECURE):
+        headers["Strict-Transport-Security"] = HSTS
     headers.setdefault("Cache-Control", "no-store")
 
 
@@ -179,7 +202,7 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
         if isinstance(found, web.Response):
             return found
         principal = found
-    elif (session := request.cookies.get(SESSION_COOKIE)) is not None:
+    elif (session := request.cookies.get(_session_cookie(request))) is not None:
         principal = await console.sessions.principal(session)
     if principal is None:
         if wants_json(request) or header is not None:
@@ -216,6 +239,18 @@ async def _by_header(console: Console, request: web.Request,
     else:
         await console.throttle.succeeded(keys)
     return principal
+
+
+def _session_cookie(request: web.Request) -> str:
+    return cookie_name(SESSION_COOKIE, request.secure)
+
+
+def _login_cookie(request: web.Request) -> str:
+    return cookie_name(LOGIN_COOKIE, request.secure)
+
+
+def _login_path(request: web.Request) -> str:
+    return "/" if request.secure else "/login"  # a __Host- cookie's path is /
 
 
 def principal_of(request: web.Request) -> Principal:
@@ -274,13 +309,13 @@ def _login_page(request: web.Request, error: str | None, status: int = 200) -> w
     """The login form with its pre-session CSRF token, in its cookie and in the form. A token
     the browser already holds is kept: any other request of the same browser (its favicon, a
     second tab) that lands on this page must not spoil a form already shown."""
-    token = request.cookies.get(LOGIN_COOKIE, "")
+    token = request.cookies.get(_login_cookie(request), "")
     if not looks_like_login_token(token):
         token = new_login_token()
     response = web.Response(text=render.login_page(error, token), status=status,
                             content_type="text/html")
-    response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="Strict", path="/login",
-                        secure=request.secure)
+    response.set_cookie(_login_cookie(request), token, httponly=True, samesite="Strict",
+                        path=_login_path(request), secure=request.secure)
     return response
 
 
@@ -291,7 +326,8 @@ async def login_form(request: web.Request) -> web.Response:
 async def login(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     form = await request.post()
-    if not login_csrf_ok(request.cookies.get(LOGIN_COOKIE), str(form.get(CSRF_FIELD, ""))):
+    if not login_csrf_ok(request.cookies.get(_login_cookie(request)),
+                         str(form.get(CSRF_FIELD, ""))):
         return _login_page(request, "The login form was stale or did not come from this "
                                     "console; please log in again.", status=403)
     token, name = str(form.get("token", "")), str(form.get("name", ""))
@@ -309,12 +345,13 @@ async def login(request: web.Request) -> web.Response:
             return _too_many(request, lock)
         return _login_page(request, "Those credentials are not known.", status=401)
     await console.throttle.succeeded(keys)
-    if (older := request.cookies.get(SESSION_COOKIE)) is not None:
+    if (older := request.cookies.get(_session_cookie(request))) is not None:
         await console.sessions.close(older)  # one session per browser
     response = web.HTTPSeeOther("/")
-    response.set_cookie(SESSION_COOKIE, await console.sessions.open(principal), httponly=True,
-                        samesite="Strict", path="/", secure=request.secure)
-    response.del_cookie(LOGIN_COOKIE, path="/login")
+    response.set_cookie(_session_cookie(request), await console.sessions.open(principal),
+                        httponly=True, samesite="Strict", path="/", secure=request.secure)
+    response.del_cookie(_login_cookie(request), path=_login_path(request),
+                        secure=request.secure)
     log.info("console login: %s (%s)", principal.name, principal.role.value)
     raise response
 
@@ -338,10 +375,10 @@ def _too_many(request: web.Request, wait_s: float) -> web.Response:
 
 
 async def logout(request: web.Request) -> web.Response:
-    if (session := request.cookies.get(SESSION_COOKIE)) is not None:
+    if (session := request.cookies.get(_session_cookie(request))) is not None:
         await request.app[CONSOLE].sessions.close(session)
     response = web.HTTPSeeOther("/login")
-    response.del_cookie(SESSION_COOKIE, path="/")
+    response.del_cookie(_session_cookie(request), path="/", secure=request.secure)
     raise response
 
 

@@ -14,11 +14,20 @@ Without any credential the console refuses to start: nothing is served anonymous
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from dispatcher.console.exposure import parse_networks
 from dispatcher.errors import config_error
 
 ENV_PREFIX = "WAITLINE_CONSOLE_"
@@ -67,6 +76,14 @@ class ConsoleSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8088
+    # How it meets the network (dispatcher/console/exposure.py, tls.py).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_key_password: SecretStr | None = None
+    tls_key_password_file: Path | None = None
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    insecure_http: bool = False
     credentials: dict[str, Credential] = Field(default_factory=dict)
     session_hours: Annotated[float, Field(gt=0)] = 8.0
     session_idle_minutes: Annotated[float, Field(gt=0)] = 30.0
@@ -80,6 +97,31 @@ class ConsoleSettings(BaseSettings):
     login_window_s: Annotated[float, Field(gt=0)] = 900.0
     login_lockout_s: Annotated[float, Field(gt=0)] = 30.0
     login_max_lockout_s: Annotated[float, Field(gt=0)] = 900.0
+
+    @field_validator("trusted_proxies", "allowed_hosts", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_networks(value)
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ConsoleSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give --tls-cert and --tls-key together")
+        if self.tls_cert is None and (self.tls_key_password or self.tls_key_password_file):
+            raise ValueError("a TLS key password without --tls-key")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @model_validator(mode="after")
     def _someone(self) -> ConsoleSettings:
