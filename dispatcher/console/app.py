@@ -43,9 +43,10 @@ from dispatcher.console.auth import (
 from dispatcher.console.exposure import HSTS, Exposure, cookie_name
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.console.query import DlqQuery
-from dispatcher.console.redrive import PlannedRedrive, RedriveManager
+from dispatcher.console.redrive import PlannedRedrive, RedriveLimits, RedriveManager
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
+from dispatcher.console.targets import RedriveTargets
 from dispatcher.console.throttle import (
     LoginThrottle,
     ThrottlePolicy,
@@ -100,7 +101,11 @@ class Console:
         self.throttle = LoginThrottle(self.login_store, ThrottlePolicy(
             max_failures=settings.login_max_failures, window_s=settings.login_window_s,
             lockout_s=settings.login_lockout_s, max_lockout_s=settings.login_max_lockout_s))
-        self.redrives = RedriveManager(self.kafka, self.store, self.settings.max_rate)
+        self.redrives = RedriveManager(
+            self.kafka, self.store,
+            RedriveLimits(max_rate=settings.max_rate, max_records=settings.max_redrive_records,
+                          max_plans=settings.max_plans),
+            RedriveTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
 
 
 CONSOLE = web.AppKey("console", Console)
@@ -459,15 +464,18 @@ async def redrive_plan(request: web.Request) -> web.Response:
     planned = await console.redrives.plan(
         console.dlq_topic, query, target_topic=target, forced=form.get("force") == "1",
         include_replayed=form.get("include_replayed") == "1")
+    status = 200 if planned.refusal is None else 400
     if wants_json(request):
-        return _json(_plan_json(planned))
-    return _html(render.plan_page(principal, planned, console.settings.default_rate))
+        return _json(_plan_json(planned), status=status)
+    return _html(render.plan_page(principal, planned, console.settings.default_rate),
+                 status=status)
 
 
 def _plan_json(planned: PlannedRedrive) -> dict[str, Any]:
     plan = planned.plan
-    return {"plan_id": planned.plan_id, "records": len(plan.items),
-            "by_target": dict(plan.by_target()), "already_replayed": plan.already_replayed,
+    return {"plan_id": planned.plan_id or None, "records": len(plan.items),
+            "by_target": dict(plan.by_target()), "refused_targets": planned.refused_targets,
+            "error": planned.refusal, "already_replayed": plan.already_replayed,
             "duplicate_wait_id": plan.duplicate_wait_id, "malformed": plan.malformed,
             "reference_only": plan.reference_only, **planned.describe(),
             "preview": [row.to_json() for row in plan.preview]}

@@ -91,15 +91,15 @@ def console(
         waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
         kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
                                     client_id="waitline-console").kafka()
-        pg_dsn = resolve_pg_dsn(dsn)
+        served = Console(settings, topic, waits, [group] if group else [], kafka,
+                         Store(resolve_pg_dsn(dsn)))
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)
         log.warning("%s", warning)
-    groups = [group] if group else []
-    asyncio.run(_serve(Console(settings, topic, waits, groups, kafka, Store(pg_dsn)), context))
+    asyncio.run(_serve(served, context))
 
 
 def _tls_context(settings: ConsoleSettings) -> ssl.SSLContext | None:

@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 from dispatcher.console.auth import CSRF_FIELD, Principal
 from dispatcher.console.jsontext import PARSE_MAX_BYTES, pretty_json
 from dispatcher.console.redrive import PlannedRedrive
+from dispatcher.console.settings import MIN_RATE
 from dispatcher.dlq.audit import CLI_ROLE
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.previews import preview_bytes
@@ -280,8 +281,10 @@ def value_block(data: bytes | None, download: str) -> str:
 def plan_page(principal: Principal, planned: PlannedRedrive, default_rate: float) -> str:
     plan = planned.plan
     count = len(plan.items)
-    by_target = table(["target topic", "records"], ([text(t), text(n)] for t, n in
-                                                    plan.by_target().most_common()))
+    refused = planned.refused_targets
+    by_target = table(["target topic", "records", "allowed"], (
+        [text(t), text(n), text(f"no: {refused[t]}" if t in refused else "yes")]
+        for t, n in plan.by_target().most_common()), css="targets")
     skipped = table(["left alone", "records"], [
         ["already replayed", text(plan.already_replayed)],
         ["same wait id as another selected record", text(plan.duplicate_wait_id)],
@@ -294,12 +297,14 @@ def plan_page(principal: Principal, planned: PlannedRedrive, default_rate: float
          text(row.exception), text(row.message), text(preview_bytes(row.key, 60)),
          text(row.value_preview)] for row in plan.preview), css="records")
     confirm = ""
-    if count:
+    if planned.refusal is not None:
+        confirm = f'<p class="error" id=refusal>{text(planned.refusal)}</p>'
+    elif count:
         inner = (f'<input type=hidden name=plan_id value="{text(planned.plan_id)}">'
                  f'<label>Type {count} to confirm <input name=confirm id=confirm-count '
                  'inputmode=numeric autocomplete=off></label>'
                  f'<label>Rate cap (records/s) <input name=rate id=rate type=number '
-                 f'step=any min=0.1 value="{text(default_rate)}"></label>'
+                 f'step=any min="{MIN_RATE:g}" value="{text(default_rate)}"></label>'
                  '<button type=submit id=start-redrive class=danger>Redrive</button>')
         confirm = form("/redrives", principal, inner, css="confirm")
     body = (f'<p class=dry-run>Dry run: <strong id=planned-count>{count}</strong> records would '

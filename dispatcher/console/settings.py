@@ -30,6 +30,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from dispatcher.console.exposure import parse_networks
 from dispatcher.errors import config_error
 
+MIN_RATE = 1.0  # records per second: dispatcher.console.redrive.MIN_RATE
+
 ENV_PREFIX = "WAITLINE_CONSOLE_"
 MIN_SECRET_CHARS = 12
 MIN_DISTINCT_CHARS = 5  # "aaaa…", "abab…": guessed first
@@ -88,8 +90,13 @@ class ConsoleSettings(BaseSettings):
     session_hours: Annotated[float, Field(gt=0)] = 8.0
     session_idle_minutes: Annotated[float, Field(gt=0)] = 30.0
     statement_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # each query of the registry
-    default_rate: Annotated[float, Field(gt=0)] = 200.0  # records per second of a redrive
-    max_rate: Annotated[float, Field(gt=0)] = 5_000.0
+    default_rate: Annotated[float, Field(ge=MIN_RATE)] = 200.0  # records/s of a redrive
+    max_rate: Annotated[float, Field(ge=MIN_RATE)] = 5_000.0
+    # Redrives (dispatcher/console/redrive.py, targets.py): topics a redrive may write besides
+    # each record's original one, the most records per redrive, the most dry runs kept.
+    redrive_topics: Annotated[tuple[str, ...], NoDecode] = ()
+    max_redrive_records: Annotated[int, Field(ge=1)] = 100_000
+    max_plans: Annotated[int, Field(ge=1)] = 20
     # Failed logins (dispatcher/console/throttle.py: per user name, tokens per address): after
     # this many failures within the window, locked out for login_lockout_s, doubling with each
     # further failure up to login_max_lockout_s.
@@ -98,7 +105,7 @@ class ConsoleSettings(BaseSettings):
     login_lockout_s: Annotated[float, Field(gt=0)] = 30.0
     login_max_lockout_s: Annotated[float, Field(gt=0)] = 900.0
 
-    @field_validator("trusted_proxies", "allowed_hosts", mode="before")
+    @field_validator("trusted_proxies", "allowed_hosts", "redrive_topics", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
