@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,10 @@ from dispatcher.console.auth import (
 from dispatcher.console.exposure import HSTS, Exposure, cookie_name
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.console.query import DlqQuery
+from dispatcher.console.redaction import Redactor
 from dispatcher.console.redrive import PlannedRedrive, RedriveLimits, RedriveManager
+from dispatcher.console.reveals import PARTS, reveals_of
+from dispatcher.console.reveals import record_reveal as record_reveal_audit
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
 from dispatcher.console.targets import RedriveTargets
@@ -53,6 +56,7 @@ from dispatcher.console.throttle import (
     address_key,
     name_key,
 )
+from dispatcher.dlq.records import DlqRecord
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -86,6 +90,7 @@ class Console:
     sessions: Sessions = field(init=False)
     throttle: LoginThrottle = field(init=False)
     exposure: Exposure = field(init=False)
+    redactor: Redactor = field(init=False)
     redrives: RedriveManager = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +101,7 @@ class Console:
                                     statement_timeout_s=settings.statement_timeout_s)
         self.exposure = Exposure.of(settings.host, settings.trusted_proxies,
                                     settings.allowed_hosts)
+        self.redactor = Redactor(settings.redaction)
         self.auth = Authenticator(settings)
         self.sessions = Sessions(self.login_store, settings)
         self.throttle = LoginThrottle(self.login_store, ThrottlePolicy(
@@ -122,6 +128,7 @@ def build_app(console: Console) -> web.Application:
         web.get("/", overview), web.get("/dlq", dlq_list),
         web.get("/dlq/record/{partition:\\d+}/{offset:\\d+}", record_detail),
         web.get("/dlq/record/{partition:\\d+}/{offset:\\d+}/{part:key|value}", record_bytes),
+        web.post("/dlq/record/{partition:\\d+}/{offset:\\d+}/reveal", record_reveal),
         web.post("/redrives/plan", redrive_plan), web.post("/redrives", redrive_start),
         web.get("/redrives", redrive_list), web.get("/redrives/{replay_id}", redrive_detail),
         web.post("/redrives/{replay_id}/{verb:pause|resume|abort}", redrive_control),
@@ -408,34 +415,68 @@ async def dlq_list(request: web.Request) -> web.Response:
     console = request.app[CONSOLE]
     query = DlqQuery.parse(request.query)
     found = await db.dlq_page(console.store, console.dlq_topic, query)
+    rows = [console.redactor.row(row) for row in found.rows]
     if wants_json(request):
         return _json({"dlq_topic": console.dlq_topic, "filter": query.params,
-                      "records": found.rows, "next": found.next_cursor})
+                      "records": rows, "next": found.next_cursor})
     return _html(render.dlq_page(principal_of(request), console.dlq_topic, query.params,
-                                 found.rows, found.next_cursor))
+                                 rows, found.next_cursor))
 
 
 async def record_detail(request: web.Request) -> web.Response:
+    return await _record_response(request, revealed=False)
+
+
+async def record_reveal(request: web.Request) -> web.StreamResponse:
+    """An operator shows one record whole, or downloads its whole key or value; audited
+    first (`dispatcher.console.reveals`)."""
+    principal = principal_of(request)
+    if not principal.may_redrive:
+        raise web.HTTPForbidden(text="only an operator may reveal a record",
+                                content_type="text/plain")
+    console = request.app[CONSOLE]
+    part = (await _fields(request)).get("part", "record")
+    if part not in PARTS:
+        raise ConfigError(f"reveal one of: {', '.join(PARTS)}")
+    partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
+    await record_reveal_audit(console.store, actor=principal.name, role=principal.role.value,
+                              dlq_topic=console.dlq_topic, partition=partition, offset=offset,
+                              part=part, client=request.remote)
+    log.info("dlq record %d/%d revealed (%s) to %s", partition, offset, part, principal.name)
+    if part == "record":
+        return await _record_response(request, revealed=True)
+    record = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
+    return _download(record, partition, offset, part, redactor=None)
+
+
+async def _record_response(request: web.Request, *, revealed: bool) -> web.Response:
     console = request.app[CONSOLE]
     partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
-    record = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
+    original = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
+    record = original if revealed else console.redactor.record(original)
     wait_id = record.entry.wait_id if record.entry is not None else None
     history = (None if wait_id is None
                else await db.wait_history(console.store, console.dlq_topic, wait_id))
     replays = await db.replays_of(console.store, console.dlq_topic, partition, offset)
+    reveals = await reveals_of(console.store, console.dlq_topic, partition, offset)
     if wants_json(request):
         entry = record.entry
         return _json({
             "dlq_topic": console.dlq_topic, "partition": partition, "offset": offset,
             "timestamp_ms": record.timestamp_ms,
             "headers": [[name, value] for name, value in record.headers],
-            "key": record.key, "value_bytes": None if record.value is None else len(record.value),
+            "key": record.key,
+            "value_bytes": None if original.value is None else len(original.value),
+            "redacted": console.redactor.active and not revealed, "revealed": revealed,
             "problem": record.problem,
             "failure": None if entry is None else vars_of(entry.failure),
-            "wait_id": wait_id, "history": history, "replays": replays,
+            "wait_id": wait_id, "history": history, "replays": replays, "reveals": reveals,
         })  # fmt: skip
+    privacy = render.Privacy(redacted=console.redactor.active and not revealed,
+                             revealed=revealed, reveals=reveals,
+                             value_bytes=None if original.value is None else len(original.value))
     return _html(render.record_page(principal_of(request), console.dlq_topic, record,
-                                    history=history, replays=replays))
+                                    history=history, replays=replays, privacy=privacy))
 
 
 def vars_of(failure: Any) -> dict[str, Any]:
@@ -444,12 +485,20 @@ def vars_of(failure: Any) -> dict[str, Any]:
 
 
 async def record_bytes(request: web.Request) -> web.Response:
-    """A record's whole key or value, as a download (never rendered by the browser)."""
+    """A record's whole key or value as a download (never rendered by the browser), redacted
+    by the console's rules; whole only by a reveal."""
     console = request.app[CONSOLE]
     partition, offset = int(request.match_info["partition"]), int(request.match_info["offset"])
     record = await fetch_record(console.kafka, console.dlq_topic, partition, offset)
-    part = request.match_info["part"]
+    return _download(record, partition, offset, request.match_info["part"],
+                     redactor=console.redactor)
+
+
+def _download(record: DlqRecord, partition: int, offset: int, part: str, *,
+              redactor: Redactor | None) -> web.Response:
     data = (record.key if part == "key" else record.value) or b""
+    if redactor is not None:
+        data = redactor.data(data, whole=True) or b""
     return web.Response(body=data, content_type="application/octet-stream", headers={
         "Content-Disposition": f'attachment; filename="dlq-{partition}-{offset}.{part}.bin"'})
 
@@ -465,6 +514,8 @@ async def redrive_plan(request: web.Request) -> web.Response:
         console.dlq_topic, query, target_topic=target, forced=form.get("force") == "1",
         include_replayed=form.get("include_replayed") == "1")
     status = 200 if planned.refusal is None else 400
+    planned = replace(planned, plan=replace(planned.plan, preview=tuple(
+        console.redactor.preview(row) for row in planned.plan.preview)))  # shown, not kept
     if wants_json(request):
         return _json(_plan_json(planned), status=status)
     return _html(render.plan_page(principal, planned, console.settings.default_rate),

@@ -14,6 +14,7 @@ import html
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -201,9 +202,42 @@ def dlq_page(principal: Principal, dlq_topic: str, params: Mapping[str, str],
     return page("DLQ", body, principal, nav="dlq")
 
 
+@dataclass(frozen=True)
+class Privacy:
+    """How a record page's payload is shown: redacted by the rules, or revealed whole (to an
+    operator, audited), the record's reveals so far, and the value's own size."""
+
+    redacted: bool = False
+    revealed: bool = False
+    reveals: Sequence[Mapping[str, Any]] = ()
+    value_bytes: int | None = None
+
+
+def privacy_block(principal: Principal, base: str, privacy: Privacy) -> str:
+    """The reveal controls (operators), what is shown, and the record's reveals."""
+    shown = ""
+    if privacy.revealed:
+        shown = (f'<p class="revealed" id=revealed>Shown whole to {text(principal.name)}; '
+                 "this reveal is in the audit.</p>")
+    elif privacy.redacted:
+        shown = ('<p class="redacted" id=redacted>Payload fields are redacted by the '
+                 "console's rules.</p>")
+        if principal.may_redrive:
+            shown += form(f"{base}/reveal", principal, (
+                '<button type=submit name=part value=record id=reveal>Reveal this record '
+                "(audited)</button><button type=submit name=part value=value "
+                "id=reveal-value>Download its whole value (audited)</button>"), css="reveal")
+    history = ""
+    if privacy.reveals:
+        history = "<h2>Reveals</h2>" + table(["revealed", "to", "what"], (
+            [when(r["revealed_at"]), text(f'{r["actor"]} ({r["role"]})'), text(r["part"])]
+            for r in privacy.reveals), css="reveals")
+    return shown + history
+
+
 def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
                 history: Mapping[str, Any] | None,
-                replays: Sequence[Mapping[str, Any]]) -> str:
+                replays: Sequence[Mapping[str, Any]], privacy: Privacy | None = None) -> str:
     at = record.coordinates
     entry = record.entry
     summary = [("DLQ", text(f"{dlq_topic} {at}")), ("written", when(_at_ms(record.timestamp_ms)))]
@@ -222,8 +256,9 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
     headers = table(["header", "value"], ([text(name), bytes_text(value)]
                                           for name, value in record.headers), css="headers")
     base = f"/dlq/record/{at.partition}/{at.offset}"
+    privacy = privacy or Privacy()
     value = (f"<h2>Key</h2>{value_block(record.key, base + '/key')}"
-             f"<h2>Value</h2>{value_block(record.value, base + '/value')}")
+             f"<h2>Value</h2>{value_block(record.value, base + '/value', privacy.value_bytes)}")
     trace = ""
     if entry is not None and entry.failure.stacktrace:
         trace = f"<h2>Stack trace</h2><pre class=trace>{text(entry.failure.stacktrace)}</pre>"
@@ -257,15 +292,17 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
                    " again, even if replayed before</label>"
                  + '<button type=submit id=redrive-one>Dry run: redrive this record…</button>')
         action = form("/redrives/plan", principal, inner, css="redrive")
-    body = facts + action + f"<h2>Headers</h2>{headers}" + value + trace + wait_html + replay_html
+    body = (facts + privacy_block(principal, base, privacy) + action
+            + f"<h2>Headers</h2>{headers}" + value + trace + wait_html + replay_html)
     return page(f"DLQ record {at}", body, principal, nav="dlq")
 
 
-def value_block(data: bytes | None, download: str) -> str:
-    """A value: JSON pretty-printed, else escaped text; a long one cut, with a download."""
+def value_block(data: bytes | None, download: str, whole_bytes: int | None = None) -> str:
+    """A value: JSON pretty-printed, else escaped text; a long one cut, with a download.
+    `whole_bytes`: the value's own size, when `data` is a redacted view of it."""
     if data is None:
         return "<p><em>(null)</em></p>"
-    size = f"{len(data):,} bytes"
+    size = f"{len(data) if whole_bytes is None else whole_bytes:,} bytes"
     if len(data) <= PRETTY_MAX_BYTES:
         pretty = pretty_json(data)  # duplicate members kept; too deep: not JSON here
         if pretty is not None and len(pretty) <= SHOWN_BYTES:

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from dispatcher.console.exposure import parse_networks
+from dispatcher.console.redaction import RedactionRules
 from dispatcher.errors import config_error
 
 MIN_RATE = 1.0  # records per second: dispatcher.console.redrive.MIN_RATE
@@ -95,6 +96,8 @@ class ConsoleSettings(BaseSettings):
     # Redrives (dispatcher/console/redrive.py, targets.py): topics a redrive may write besides
     # each record's original one, the most records per redrive, the most dry runs kept.
     redrive_topics: Annotated[tuple[str, ...], NoDecode] = ()
+    # What pages, answers and exports show of payloads (dispatcher/console/redaction.py).
+    redaction: RedactionRules = RedactionRules()
     max_redrive_records: Annotated[int, Field(ge=1)] = 100_000
     max_plans: Annotated[int, Field(ge=1)] = 20
     # Failed logins (dispatcher/console/throttle.py: per user name, tokens per address): after
