@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -148,8 +149,10 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_console(dlq: ConsoleDlq, **settings: object) -> AsyncIterator[str]:
-    """The console for `dlq` on a free loopback port; yields its base URL."""
+async def serve_console(dlq: ConsoleDlq, ssl_context: ssl.SSLContext | None = None,
+                        **settings: object) -> AsyncIterator[str]:
+    """The console for `dlq` on a free loopback port (over TLS with `ssl_context`); yields its
+    base URL."""
     config = ConsoleSettings(credentials=credentials(), host="127.0.0.1", port=free_port(),
                              **settings)  # type: ignore[arg-type]
     kafka = KafkaClientSettings(bootstrap_servers=dlq.bootstrap,
@@ -158,9 +161,9 @@ async def serve_console(dlq: ConsoleDlq, **settings: object) -> AsyncIterator[st
                       Store(dlq.dsn))
     runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=1)
     await runner.setup()
-    await web.TCPSite(runner, config.host, config.port).start()
+    await web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context).start()
     try:
-        yield f"http://{config.host}:{config.port}"
+        yield f"{'https' if ssl_context else 'http'}://{config.host}:{config.port}"
     finally:
         await runner.cleanup()
 
