@@ -49,7 +49,7 @@ async def test_the_pods_view_joins_the_group_with_each_pods_status_and_remembers
                           sample_interval_s=1, pod_timeout_s=1)
     stop = asyncio.Event()
     async with (MockCounterparty(parse_model("fixed:3000")) as mock,
-                serve_console(dlq, watch) as base,
+                serve_console(dlq, watch=watch) as base,
                 aiohttp.ClientSession(headers=VIEWER) as http):
         settings = pod_settings(kafka_bootstrap, dlq.orders, dlq.group, mock.url,
                                 concurrency=3, metrics_port=pod_port, stall_warning="1s",
