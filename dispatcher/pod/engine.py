@@ -55,7 +55,7 @@ from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import source_record
 from dispatcher.pod.stalls import StallTracker
-from dispatcher.pod.status import Held, WindowFigures, engine_status
+from dispatcher.pod.status import Held, WindowFigures, engine_status, fatal_text
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.pod.window import Window
 from dispatcher.wire import SourceRecord
@@ -121,7 +121,7 @@ class AtLeastOnceEngine:
 
     def details(self) -> dict[str, object]:
         """What `/readyz` shows besides the status: stalled partitions and a fatal error."""
-        return {"fatal": None if self._fatal is None else repr(self._fatal),
+        return {"fatal": fatal_text(self._fatal),
                 "partitions": [stall.as_json() for stall in self._lag.stalls]}
 
     def status(self) -> dict[str, object]:

@@ -9,7 +9,8 @@ Fields (version 1; docs/OPERATIONS.md has them as a table). A pod of `--workers 
 "error": "..."}` for one that does not answer.
 - `version` (1); `group`, `client_id`, `member_id` (the group coordinator's; null before the
   pod joined), `host` (its host name), `mode` (`at-least-once` or `batch`);
-- `ready`, `fatal`: as `/readyz` says;
+- `ready`, `fatal`: as `/readyz` says (the error with the process's registered secrets masked,
+  `dispatcher/secrets.py`);
 - `window`: `limit` (calls allowed now: the window, fixed or adaptive, within the loop guard's
   cap), `configured` (`--concurrency`; with `auto` its upper bound), `adaptive`, `loop_cap`
   (the loop guard's cap: the window while the loop keeps up; null with `--loop-lag-target 0`);
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from dispatcher.flow.breaker import BreakerConfig, CircuitState
 from dispatcher.flow.rate import RateLimit
 from dispatcher.pod.stalls import PartitionStall
+from dispatcher.secrets import mask_secrets
 
 STATUS_VERSION = 1
 STALLED_SHOWN = 20
@@ -85,6 +87,12 @@ def _coordinates(text: str) -> tuple[str, int | None, int | None]:
     return topic, int(partition), int(offset)
 
 
+def fatal_text(fatal: BaseException | None) -> str | None:
+    """A fatal error as `/readyz` and `/status` show it: its repr, secrets masked (an HTTP
+    client's error may carry the URL with its query string)."""
+    return None if fatal is None else mask_secrets(repr(fatal))
+
+
 def stalled(held: Iterable[Held], after_s: float,
             shown: int = STALLED_SHOWN) -> tuple[list[dict[str, object]], int]:
     """The oldest records held longer than `after_s` (at most `shown`), and how many there are."""
@@ -105,7 +113,7 @@ def engine_status(*, ready: bool, fatal: BaseException | None, window: WindowFig
     """An at-least-once engine's part of the document (the runner adds its `Identity`)."""
     rows, count = stalled(held, stalled_after_s)
     return {
-        "ready": ready, "fatal": None if fatal is None else repr(fatal),
+        "ready": ready, "fatal": fatal_text(fatal),
         "window": {"limit": window.limit, "configured": window.configured,
                    "adaptive": window.adaptive, "loop_cap": window.loop_cap},
         "calls": {"running": window.calls_running, "waiting": window.calls_waiting},

@@ -4,6 +4,7 @@ the window, breaker and rate-limit figures; and the commit time each offset comm
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -18,8 +19,10 @@ from dispatcher.pod.status import (
     Identity,
     WindowFigures,
     engine_status,
+    fatal_text,
     stalled,
 )
+from dispatcher.secrets import MASK, process_mask
 from dispatcher.wire.commits import commit_metadata, committed_at_ms
 
 pytestmark = pytest.mark.unit
@@ -78,6 +81,24 @@ def test_without_breaker_or_rate_limit_they_are_null_and_a_fatal_error_is_named(
     assert (doc["breaker"], doc["rate_limit"], doc["ready"]) == (None, None, False)
     assert doc["fatal"] == "RuntimeError('boom')"
     assert doc["records"] == {}
+
+
+@pytest.fixture
+def registered_secret() -> Iterator[str]:
+    secret = "k3y-0f-the-c0unterparty"
+    process_mask().add(secret)
+    yield secret
+    process_mask().clear()
+
+
+def test_a_fatal_error_that_names_aregistered_secret_is_shown_masked(
+        registered_secret: str) -> None:
+    error = RuntimeError(f"GET https://api.example/v1?api_key={registered_secret} failed")
+    doc = engine_status(ready=False, fatal=error, window=FIGURES, held=[], stalled_after_s=60,
+                        partitions=[], breaker=None, rate=None)
+    served = json.dumps(doc)
+    assert registered_secret not in served and MASK in served
+    assert fatal_text(error) == doc["fatal"]  # /readyz says it in the same words
 
 
 def test_the_identity_has_no_member_id_before_the_pod_joined() -> None:
