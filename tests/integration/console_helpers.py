@@ -167,7 +167,21 @@ async def serve_console(dlq: ConsoleDlq, ssl_context: ssl.SSLContext | None = No
     try:
         yield f"{'https' if ssl_context else 'http'}://{config.host}:{config.port}"
     finally:
-        await runner.cleanup()
+        await _cleanup_closing_every_socket(runner)
+
+
+async def _cleanup_closing_every_socket(runner: web.AppRunner) -> None:
+    """`runner.cleanup()`, then close what it only began to close: a TLS connection's close
+    waits (up to 30 s) for the client's close_notify, which a browser kept open by the test may
+    never send; the loop ended first and its socket was left for the garbage collector, whose
+    ResourceWarning then failed whatever test ran next."""
+    server = runner.server
+    transports = [c.transport for c in server.connections
+                  if c.transport is not None] if server is not None else []
+    await runner.cleanup()
+    for transport in transports:
+        transport.abort()
+    await asyncio.sleep(0)  # the aborts close their sockets on the next pass of the loop
 
 
 class ConsoleThread:
