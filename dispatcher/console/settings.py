@@ -9,6 +9,8 @@ login form) or a `password` (basic auth, or the login form with the name):
                                    "grafana": {"role": "viewer", "token": "…"}}'
 
 Without any credential the console refuses to start: nothing is served anonymously.
+`WAITLINE_CONSOLE_CREDENTIALS_FILE` names a file holding that JSON instead (a mounted secret);
+every token and password registers for masking (`dispatcher.secret_settings.Secret`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from dispatcher.errors import config_error
+from dispatcher.secret_settings import FILE_FORM, Secret, WaitlineSettings
 
 ENV_PREFIX = "WAITLINE_CONSOLE_"
 MIN_SECRET_CHARS = 12
@@ -36,8 +39,8 @@ class Credential(BaseModel):
     model_config = {"frozen": True, "extra": "forbid"}
 
     role: Role
-    token: SecretStr | None = None
-    password: SecretStr | None = None
+    token: Secret | None = None
+    password: Secret | None = None
 
     @model_validator(mode="after")
     def _one_secret(self) -> Credential:
@@ -49,7 +52,7 @@ class Credential(BaseModel):
         return self
 
 
-class ConsoleSettings(BaseSettings):
+class ConsoleSettings(WaitlineSettings):
     """Where the console listens, what it reads, who may use it."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True,
@@ -57,7 +60,7 @@ class ConsoleSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8088
-    credentials: dict[str, Credential] = Field(default_factory=dict)
+    credentials: Annotated[dict[str, Credential], FILE_FORM] = Field(default_factory=dict)
     session_hours: Annotated[float, Field(gt=0)] = 8.0
     default_rate: Annotated[float, Field(gt=0)] = 200.0  # records per second of a redrive
     max_rate: Annotated[float, Field(gt=0)] = 5_000.0
