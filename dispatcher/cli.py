@@ -13,6 +13,8 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
+from dispatcher.output import masked_output
+
 # name -> (module:attribute of a typer.Typer, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dispatch": ("dispatcher.pod.cli:app",
@@ -86,4 +88,5 @@ def root() -> None:
 
 
 def main() -> None:
-    app()
+    with masked_output():  # every command's output, error lines included, passes the mask
+        app()
