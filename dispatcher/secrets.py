@@ -308,6 +308,7 @@ SpanOf = Callable[[re.Match[str], str], "Span | None"]
 class _Pattern:
     stems: tuple[str, ...]
     lookback: int  # how far before a stem a match may start ("proxy-" before "authorization")
+    starts: str  # the characters a match may start with, when it starts before its stem
     expression: re.Pattern[str]
     span_of: SpanOf  # the span to mask in a match, or None when it is ordinary text
 
@@ -316,7 +317,7 @@ class _Pattern:
         tried: set[int] = set()
         for at in (at for stem in self.stems for at in stem_at(stem)):
             for start in range(max(0, at - self.lookback), at + 1):
-                if start in tried:
+                if start in tried or (start < at and lower[start] not in self.starts):
                     continue
                 tried.add(start)
                 match = self.expression.match(lower, start)
@@ -373,42 +374,45 @@ def _header_line(match: re.Match[str], text: str) -> Span | None:
 
 _PATTERNS = (
     # Authorization values: `Bearer <token68>`, `Basic <base64 of user:password>`.
-    _Pattern(("bearer",), 0, re.compile(rf"(bearer{_SPACE})({_TOKEN_UNIT}+(?:=|%3d)*)"),
+    _Pattern(("bearer",), 0, "", re.compile(rf"(bearer{_SPACE})({_TOKEN_UNIT}+(?:=|%3d)*)"),
              _bearer),
-    _Pattern(("basic",), 0, re.compile(
+    _Pattern(("basic",), 0, "", re.compile(
         rf"(basic{_SPACE})((?:[a-z0-9+/]|\\/|%2[bf]){{6,}}(?:=|%3d){{0,2}})"), _basic),
     # JSON or Python-dict members: "password": "…", 'api_key': '…', \"token\": \"…\".
-    _Pattern((*_NAME_STEMS, *_HEADER_STEMS), 10, re.compile(
+    _Pattern((*_NAME_STEMS, *_HEADER_STEMS), 10, "\"'\\", re.compile(
         rf"(\\?[\"'])(?:{_NAMES}|{_HEADER_NAMES})\1\s*:\s*(\\?[\"'])"
         r"((?:\\.|(?!\2).)*?)(?:(?<!\\)\2|$)", re.MULTILINE), _value(3)),
     # Query strings and forms: password=…&, api_key=…; JAAS: password="…";
-    _Pattern(_NAME_STEMS, 10, re.compile(
+    _Pattern(_NAME_STEMS, 10, "acirx", re.compile(
         rf"(?:{_NAMES})(?:=|%3d)(\"[^\"\n]*\"|'[^'\n]*'|(?:[^\s&\"'<>;,\\]|\\/)+)"),
         _named_value),
     # The password in a URL's userinfo: scheme://user:password@host
-    _Pattern(("://",), 0, re.compile(r"://[^\s/:@\"']*:([^\s/@\"']+)@"), _value(1)),
+    _Pattern(("://",), 0, "", re.compile(r"://[^\s/:@\"']*:([^\s/@\"']+)@"), _value(1)),
     # Header lines of an HTTP dump: `Authorization: …`, `Cookie: …`
-    _Pattern(_HEADER_STEMS, 6, re.compile(
+    _Pattern(_HEADER_STEMS, 6, "ps", re.compile(
         rf"(?:{_HEADER_NAMES})[ \t]*:[ \t]*(\S[^\r\n]*)"), _header_line),
 )
+
+
+_STEMS = tuple(dict.fromkeys(stem for pattern in _PATTERNS for stem in pattern.stems))
+
+
+def _positions(lower: str, stem: str) -> list[int]:
+    positions, at = [], lower.find(stem)
+    while at != -1:
+        positions.append(at)
+        at = lower.find(stem, at + 1)
+    return positions
 
 
 def mask_patterns(text: str) -> str:
     """`text` with the secrets the patterns find (see the module docstring) masked."""
     lower = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)  # same length
-    found: dict[str, list[int]] = {}
-
-    def stem_at(stem: str) -> list[int]:
-        """Where `stem` occurs (searched once per text, whichever patterns share it)."""
-        if stem not in found:
-            positions, at = [], lower.find(stem)
-            while at != -1:
-                positions.append(at)
-                at = lower.find(stem, at + 1)
-            found[stem] = positions
-        return found[stem]
-
-    spans = [span for pattern in _PATTERNS for span in pattern.spans(lower, text, stem_at)]
+    present = {stem: _positions(lower, stem) for stem in _STEMS if stem in lower}
+    if not present:  # most texts: a few substring searches, no expression run
+        return text
+    spans = [span for pattern in _PATTERNS if any(stem in present for stem in pattern.stems)
+             for span in pattern.spans(lower, text, lambda stem: present.get(stem, []))]
     if not spans:
         return text
     pieces, position = [], 0
