@@ -98,6 +98,18 @@ def test_console_credentials_from_a_file(tmp_path: Path, monkeypatch: pytest.Mon
     assert_registered("console-token-0123456789", "console-password-0123")
 
 
+def test_the_console_tls_key_password_from_a_file(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WAITLINE_CONSOLE_CREDENTIALS", json.dumps(
+        {"ops": {"role": "operator", "token": "console-token-0123456789"}}))
+    monkeypatch.setenv("WAITLINE_CONSOLE_TLS_KEY_PASSWORD_FILE",
+                       secret_file(tmp_path, "tls-key-password-0123"))
+    settings = load_console_settings(tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem")
+    assert settings.tls_key_password is not None
+    assert settings.tls_key_password.get_secret_value() == "tls-key-password-0123"
+    assert_registered("tls-key-password-0123")
+
+
 def test_a_dsn_from_a_file_and_its_password(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     dsn = "postgresql://app:dsn-password-0123@db.example.com:5432/waitline"
