@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from connectors.cli import app as registry_app
+from dispatcher.cli import app as waitline_app
 from dispatcher.console.settings import load_console_settings
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import ConfigError
@@ -19,7 +20,7 @@ from dispatcher.handlers.http_config import load_http_config
 from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.pod.cli import app as dispatch_app
 from dispatcher.pod.settings import load_settings
-from dispatcher.secret_sources import env_or_file
+from dispatcher.secret_sources import env_or_file, secret_flag
 from dispatcher.secrets import MASK, mask_secrets, process_mask
 from dispatcher.tracing import otlp_headers
 
@@ -232,3 +233,37 @@ def test_a_dsn_flag_with_a_password_is_refused() -> None:
 
 def test_a_dsn_flag_without_a_password_is_taken() -> None:
     assert resolve_pg_dsn("postgresql://app@127.0.0.1:1/w") == "postgresql://app@127.0.0.1:1/w"
+
+
+@pytest.mark.parametrize(("args", "flag", "variable"), [
+    (["dispatch", *POD, "--sasl-password", SECRET], "--sasl-password", "WAITLINE_SASL_PASSWORD"),
+    (["dispatch", *POD, f"--bearer-token={SECRET}"], "--bearer-token",
+     "WAITLINE_HTTP_BEARER_TOKEN"),
+    (["dispatch", *POD, "--basic-password", SECRET], "--basic-password",
+     "WAITLINE_HTTP_BASIC_PASSWORD"),
+    (["console", "--tls-key-password", SECRET], "--tls-key-password",
+     "WAITLINE_CONSOLE_TLS_KEY_PASSWORD"),
+    (["registry", "stats", "--pg-password", SECRET], "--pg-password", "WAITLINE_PG_DSN"),
+])
+def test_a_secret_flag_is_refused_naming_its_variable_and_file_form(
+        args: list[str], flag: str, variable: str) -> None:
+    result = CliRunner().invoke(waitline_app, args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: {flag}: a secret is never a command-line flag (a command line shows in `ps` "
+        f"and shell history); set {variable} or {variable}_FILE"]
+    assert SECRET not in result.output
+
+
+def test_any_other_secret_looking_flag_is_refused_pointing_to_the_secrets_list() -> None:
+    result = CliRunner().invoke(waitline_app, ["console", "--api-token", SECRET])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --api-token: a secret is never a command-line flag")
+    assert "docs/OPERATIONS.md, \"Secrets\"" in result.stderr
+    assert SECRET not in result.output
+
+
+def test_a_secret_looking_value_or_an_argument_after_the_double_dash_is_not_a_flag() -> None:
+    assert secret_flag(["dlq", "list", "--exception", "TokenExpired"]) is None
+    assert secret_flag(["loadtest", "run", "--", "--password", "x"]) is None
+    assert secret_flag(["console", "--tls-key", "key.pem"]) is None
