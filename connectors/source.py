@@ -30,6 +30,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import kwargs_row
 
 from dispatcher.errors import ProduceError, RegistryError
+from dispatcher.secrets import mask_then_cut
 from dispatcher.wire import (
     Failure,
     Headers,
@@ -175,7 +176,7 @@ def refusal_reason(error_text: str) -> str | None:
     """Kafka's reason for refusing a record for itself (too large, invalid), found in an error's
     text (a Spark job failure quotes the producer's exception); None for any other error."""
     found = _REFUSED.search(error_text)
-    return None if found is None else found.group(0).strip()[:_MAX_REASON_CHARS]
+    return None if found is None else mask_then_cut(found.group(0).strip(), _MAX_REASON_CHARS)
 
 
 def mark_parked(conn: psycopg.Connection, parked: list[tuple[ExpiredWait, str]]) -> None:

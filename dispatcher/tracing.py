@@ -4,9 +4,11 @@ Off unless the extra is installed and the environment asks for traces: `OTEL_TRA
 (`otlp`, over HTTP/protobuf, or `console`) or an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`
 keep it off. Every other standard variable (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
-`OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_PROPAGATORS`, ...) is
-the SDK's own. An application that set a tracer provider of its own (auto-instrumentation) keeps
-it, and Waitline's spans go there.
+`OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, `OTEL_PROPAGATORS`, ...) is the SDK's own. The exporter's
+headers (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`, which usually
+carry its credentials) may be given as a file too (`<VAR>_FILE`), and their values register
+for masking (`dispatcher.secrets`). An application that set a tracer provider of its own
+(auto-instrumentation) keeps it, and Waitline's spans go there.
 
 With tracing on, each record's life in the pod is one span, `process <topic>` (kind CONSUMER),
 whose parent is the W3C `traceparent` in the record's headers: prepared, called (a child span,
@@ -34,8 +36,11 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, overload
+from urllib.parse import unquote
 
 from dispatcher.errors import ConfigError
+from dispatcher.secret_sources import env_or_file
+from dispatcher.secrets import register_credential
 from dispatcher.wire import Failure, Headers, OutgoingRecord, SourceRecord, wait_id_for
 
 try:  # the API alone (the SDK is imported when tracing turns on)
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
-           "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
+           "enabled", "exporters_asked", "http_headers", "otlp_headers", "outcome", "record_trace",
            "replay_headers", "result_headers", "traced_prepare", "use"]
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,7 @@ OTLP_PROTOCOL = "http/protobuf"
 _ENV_EXPORTER = "OTEL_TRACES_EXPORTER"
 _ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _ENV_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_ENV_HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
 
 
 class CallEnd(Protocol):
@@ -138,6 +144,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     _State.configured = True
     _State.tracer = None
+    headers, from_file = otlp_headers(env)
     exporters = exporters_asked(env)
     if not exporters:
         return
@@ -148,7 +155,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
         return
     provider = trace.get_tracer_provider()
     if not hasattr(provider, "add_span_processor"):  # no SDK provider set yet: ours
-        provider = _provider(exporters)
+        provider = _provider(exporters, headers if from_file else None)
         trace.set_tracer_provider(provider)
     _State.tracer = provider.get_tracer(INSTRUMENTATION)
 
@@ -173,7 +180,28 @@ def exporters_asked(env: Mapping[str, str]) -> list[str]:
     return names
 
 
-def _provider(exporters: Iterable[str]) -> TracerProvider:
+def otlp_headers(env: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """The OTLP exporter's headers (`name=value` pairs, comma-separated, values percent-
+    encoded) from the traces-specific variable, else the general one, or the file either's
+    `_FILE` form names; and whether they came from a file (the SDK reads only the variables).
+    Every value registers for masking: these headers carry the exporter's credentials."""
+    found: tuple[dict[str, str], bool] | None = None
+    for name in _ENV_HEADERS:
+        text = env_or_file(name, env)
+        if not text:
+            continue
+        headers = {}
+        for pair in text.split(","):
+            key, _, value = pair.partition("=")
+            if key.strip() and value.strip():
+                headers[unquote(key.strip()).lower()] = unquote(value.strip())
+                register_credential(unquote(value.strip()))
+        if found is None:
+            found = headers, not env.get(name)
+    return found or ({}, False)
+
+
+def _provider(exporters: Iterable[str], headers: dict[str, str] | None) -> TracerProvider:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
         OTLPSpanExporter,
     )
@@ -190,7 +218,8 @@ def _provider(exporters: Iterable[str]) -> TracerProvider:
         resource = resource.merge(Resource({SERVICE_NAME: INSTRUMENTATION}))
     provider = TracerProvider(resource=resource)  # OTEL_TRACES_SAMPLER, OTEL_SPAN_*_LIMIT
     for name in exporters:
-        exporter: SpanExporter = OTLPSpanExporter() if name == "otlp" else ConsoleSpanExporter()
+        exporter: SpanExporter = (OTLPSpanExporter(headers=headers) if name == "otlp"
+                                  else ConsoleSpanExporter())
         provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_*
     log.info("tracing on: spans exported with %s, as service %s", " and ".join(exporters),
              resource.attributes.get(SERVICE_NAME))

@@ -320,7 +320,7 @@ def _dumps(data: Any) -> str:
             return bytes(value).decode("utf-8", errors="backslashreplace")
         raise TypeError(f"not JSON: {type(value).__name__}")
 
-    return json.dumps(data, default=default)
+    return mask_secrets(json.dumps(data, default=default))  # as the pages are: masked
 
 
 def _require_operator(principal: Principal) -> None:

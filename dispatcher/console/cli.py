@@ -26,7 +26,7 @@ from dispatcher.console.exposure import check_bind
 from dispatcher.console.sampler import load_watch_settings
 from dispatcher.console.settings import ConsoleSettings, load_console_settings
 from dispatcher.console.store import Store
-from dispatcher.console.tls import key_password, server_context
+from dispatcher.console.tls import server_context
 from dispatcher.dlq.records import resolve_dlq_topic
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import ConfigError
@@ -107,10 +107,9 @@ def console(
 def _tls_context(settings: ConsoleSettings) -> ssl.SSLContext | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
-    password = key_password(
-        None if settings.tls_key_password is None
-        else settings.tls_key_password.get_secret_value(), settings.tls_key_password_file)
-    return server_context(settings.tls_cert, settings.tls_key, password)
+    password = settings.tls_key_password  # a Secret: registered for masking as it was read
+    return server_context(settings.tls_cert, settings.tls_key,
+                          None if password is None else password.get_secret_value() or None)
 
 
 async def _serve(console: Console, context: ssl.SSLContext | None = None) -> None:

@@ -26,6 +26,7 @@ from dispatcher.console.settings import MIN_RATE
 from dispatcher.dlq.audit import CLI_ROLE
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.previews import preview_bytes
+from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets, mask_then_cut
 
 SHOWN_BYTES = 64 * 1024
 PRETTY_MAX_BYTES = PARSE_MAX_BYTES
@@ -34,11 +35,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 
 
 def text(value: object) -> str:
-    """Any value as safe HTML text: escaped, control characters made visible."""
+    """Any value as safe HTML text: secrets masked, escaped, control characters made visible."""
     if value is None:
         return ""
     shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                         else f"\\u{ord(m.group()):04x}", str(value))
+                         else f"\\u{ord(m.group()):04x}", mask_secrets(str(value)))
     return html.escape(shown, quote=True)
 
 
@@ -315,7 +316,9 @@ def value_block(data: bytes | None, download: str, whole_bytes: int | None = Non
     if len(shown) < len(data):
         cut = (f'<p class=cut>Showing the first {len(shown):,} of {size}. '
                f'<a href="{text(download)}" download>Download all of it</a></p>')
-    return f"<p>{size}</p>{cut}<pre class=value>{bytes_text(shown)}</pre>"
+    longer = data[: len(shown) + MASK_LOOKAHEAD_CHARS].decode("utf-8", errors="backslashreplace")
+    head = mask_then_cut(longer, len(shown.decode("utf-8", errors="backslashreplace")))
+    return f"<p>{size}</p>{cut}<pre class=value>{text(head)}</pre>"  # masked, then cut
 
 
 def plan_page(principal: Principal, planned: PlannedRedrive, default_rate: float) -> str:

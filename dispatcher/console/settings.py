@@ -9,6 +9,8 @@ login form) or a `password` (basic auth, or the login form with the name):
                                    "grafana": {"role": "viewer", "token": "…"}}'
 
 Without any credential the console refuses to start: nothing is served anonymously.
+`WAITLINE_CONSOLE_CREDENTIALS_FILE` names a file holding that JSON instead (a mounted secret);
+every token and password registers for masking (`dispatcher.secret_settings.Secret`).
 """
 
 from __future__ import annotations
@@ -20,16 +22,16 @@ from typing import Annotated, Any
 from pydantic import (
     BaseModel,
     Field,
-    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from dispatcher.console.exposure import parse_networks
 from dispatcher.console.redaction import RedactionRules
 from dispatcher.errors import config_error
+from dispatcher.secret_settings import FILE_FORM, Secret, WaitlineSettings
 
 MIN_RATE = 1.0  # records per second: dispatcher.console.redrive.MIN_RATE
 
@@ -49,8 +51,8 @@ class Credential(BaseModel):
     model_config = {"frozen": True, "extra": "forbid"}
 
     role: Role
-    token: SecretStr | None = None
-    password: SecretStr | None = None
+    token: Secret | None = None
+    password: Secret | None = None
 
     @model_validator(mode="after")
     def _one_secret(self) -> Credential:
@@ -71,7 +73,7 @@ class Credential(BaseModel):
         return self
 
 
-class ConsoleSettings(BaseSettings):
+class ConsoleSettings(WaitlineSettings):
     """Where the console listens, what it reads, who may use it."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True,
@@ -82,12 +84,11 @@ class ConsoleSettings(BaseSettings):
     # How it meets the network (dispatcher/console/exposure.py, tls.py).
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    tls_key_password: SecretStr | None = None
-    tls_key_password_file: Path | None = None
+    tls_key_password: Secret | None = None  # or WAITLINE_CONSOLE_TLS_KEY_PASSWORD_FILE
     trusted_proxies: Annotated[tuple[str, ...], NoDecode] = ()
     allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     insecure_http: bool = False
-    credentials: dict[str, Credential] = Field(default_factory=dict)
+    credentials: Annotated[dict[str, Credential], FILE_FORM] = Field(default_factory=dict)
     session_hours: Annotated[float, Field(gt=0)] = 8.0
     session_idle_minutes: Annotated[float, Field(gt=0)] = 30.0
     statement_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # each query of the registry
@@ -125,7 +126,7 @@ class ConsoleSettings(BaseSettings):
     def _tls_pair(self) -> ConsoleSettings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("give --tls-cert and --tls-key together")
-        if self.tls_cert is None and (self.tls_key_password or self.tls_key_password_file):
+        if self.tls_cert is None and self.tls_key_password:
             raise ValueError("a TLS key password without --tls-key")
         return self
 

@@ -1,8 +1,9 @@
 """The console's own TLS: a server context from `--tls-cert`/`--tls-key` (PEM files; the key's
 path is a path, not a secret). A key encrypted with a password gets it from
 `WAITLINE_CONSOLE_TLS_KEY_PASSWORD`, or from the file `WAITLINE_CONSOLE_TLS_KEY_PASSWORD_FILE`
-names (a mounted secret; one trailing newline is dropped), never from a flag; it is registered
-for masking where it is read. TLS 1.2 is the oldest version served.
+names (a mounted secret), never from a flag: a `Secret` of the console's settings, registered
+for masking where it is read (`dispatcher.secret_settings`). TLS 1.2 is the oldest version
+served.
 
 A certificate that cannot be used (missing, unreadable, not PEM, not matching its key, a wrong
 password) is one line naming the file and the cause, at start.
@@ -14,23 +15,6 @@ import ssl
 from pathlib import Path
 
 from dispatcher.errors import ConfigError
-from dispatcher.secrets import register_secret
-
-
-def key_password(password: str | None, password_file: Path | None) -> str | None:
-    """The key's password, from the setting or the file it names (registered for masking)."""
-    if password is not None and password_file is not None:
-        raise ConfigError("set WAITLINE_CONSOLE_TLS_KEY_PASSWORD or "
-                          "WAITLINE_CONSOLE_TLS_KEY_PASSWORD_FILE, not both")
-    if password_file is not None:
-        try:
-            password = password_file.read_text().removesuffix("\n")
-        except OSError as exc:
-            raise ConfigError(f"cannot read the TLS key's password file {password_file}: "
-                              f"{exc.strerror or exc}") from None
-    if password:
-        register_secret(password)
-    return password
 
 
 def server_context(cert: Path, key: Path, password: str | None = None) -> ssl.SSLContext:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from dispatcher.durations import duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
+from dispatcher.secret_settings import Secret, WaitlineSettings
 
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 
@@ -53,7 +54,7 @@ class KafkaConfig:
         return options
 
 
-class KafkaClientSettings(BaseSettings):
+class KafkaClientSettings(WaitlineSettings):
     """How every command reaches Kafka: `WAITLINE_BOOTSTRAP_SERVERS`, `WAITLINE_SECURITY_*`,
     `WAITLINE_SASL_*`, `WAITLINE_SSL_*` (other `WAITLINE_*` variables are not read here)."""
 
@@ -64,7 +65,7 @@ class KafkaClientSettings(BaseSettings):
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    sasl_password: Secret | None = None  # registers for masking; or WAITLINE_SASL_PASSWORD_FILE
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None

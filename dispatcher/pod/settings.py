@@ -35,6 +35,7 @@ from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.kafka.topics import DEFAULT_DELETE_RETENTION_S, TopicConfig
 from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
+from dispatcher.secret_settings import SecretUrl
 
 MAX_CONCURRENCY = 100_000
 DEFAULT_REBALANCE_TIMEOUT_S = 60.0
@@ -94,7 +95,7 @@ class DispatchSettings(KafkaClientSettings):
 
     input_topic: str = Field(description="topic(s) to consume, comma-separated")
     group: str
-    counterparty_url: str | None = None
+    counterparty_url: SecretUrl | None = None
     handler: str | None = None
     mode: Mode = Mode.AT_LEAST_ONCE
     concurrency: int | Literal["auto"] = 100

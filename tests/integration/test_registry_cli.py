@@ -154,7 +154,9 @@ def test_bad_duration_is_one_line_and_exit_2(pg_dsn: str) -> None:
 
 
 def test_unreachable_database_is_one_line_and_exit_2() -> None:
-    code, _, err = invoke("postgresql://nobody:secret@127.0.0.1:1/waitline", "stats")
+    result = runner.invoke(app, ["stats"], env={  # a password: never in a flag
+        DSN_ENV: "postgresql://nobody:secret@127.0.0.1:1/waitline", "COLUMNS": "200"})
+    code, err = result.exit_code, result.stderr
     assert code == 2
     assert err.startswith("error: cannot reach PostgreSQL at 127.0.0.1:1/waitline")
     assert err.count("\n") == 1
