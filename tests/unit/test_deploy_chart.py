@@ -50,7 +50,8 @@ VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 # The oldest and the newest Kubernetes the chart is checked against.
 KUBERNETES_VERSIONS = ("1.29.0", "1.34.0")
 # Custom resources: no schema ships with Kubernetes; their fields are checked one by one below.
-CUSTOM_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "ScaledObject": "keda.sh/v1alpha1"}
+CUSTOM_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "ScaledObject": "keda.sh/v1alpha1",
+                "TriggerAuthentication": "keda.sh/v1alpha1"}
 SECRET_PLACEHOLDER = "from-a-secret"
 
 
@@ -117,8 +118,13 @@ def full_values() -> Path:
     return CHART / "ci" / "full-values.yaml"
 
 
+def secured_values() -> Path:
+    return CHART / "ci" / "secured-values.yaml"
+
+
 def test_the_ci_values_files_exist() -> None:
-    assert {p.name for p in VALUES_FILES} >= {"default-values.yaml", "full-values.yaml"}
+    assert {p.name for p in VALUES_FILES} >= {"default-values.yaml", "full-values.yaml",
+                                              "secured-values.yaml"}
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
@@ -144,7 +150,8 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(values: 
 def test_the_full_values_render_every_kind_the_chart_has() -> None:
     kinds = {doc["kind"] for doc in rendered(full_values())}
     assert kinds == {"Deployment", "CronJob", "Service", "Secret", "ConfigMap",
-                     "PodDisruptionBudget", "ServiceMonitor", "ScaledObject"}
+                     "PodDisruptionBudget", "ServiceMonitor", "ScaledObject",
+                     "TriggerAuthentication"}
     assert "PersistentVolumeClaim" in {doc["kind"] for doc in rendered(default_values())}
 
 
@@ -244,10 +251,12 @@ def program_reads(component: str) -> set[str]:
         return (common | settings_env(DispatchSettings, "WAITLINE_") | cli_env("dispatch")
                 | settings_env(HttpHandlerConfig, HTTP_ENV_PREFIX) | otel_env())
     if component == "reconcile":
-        return common | cli_env("reconcile") | {BOOTSTRAP_ENV, DSN_ENV}
+        return common | cli_env("reconcile") | settings_env(KafkaClientSettings, "WAITLINE_") | {
+            BOOTSTRAP_ENV, DSN_ENV}
     if component == "console":
         return (common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
-                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console"))
+                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console")
+                | otel_env())
     raise AssertionError(f"unknown component {component}")
 
 
@@ -271,9 +280,12 @@ def test_the_runtime_variables_are_read_by_what_they_name() -> None:
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
 def test_every_variable_the_chart_sets_is_one_the_program_reads(values: Path) -> None:
     checked = 0
+    given = yaml.safe_load(values.read_text()) or {}
     for component, spec in pod_specs(values):
+        # The user's own variables (extraEnv) are theirs to choose.
+        users = {var["name"] for var in given.get(component, {}).get("extraEnv", [])}
         for container in spec["containers"]:
-            reads = program_reads(component) | set(RUNTIME_ENV)
+            reads = program_reads(component) | set(RUNTIME_ENV) | users
             # A variable only substituted into the arguments or another variable ($(NAME)).
             used = yaml.safe_dump([container.get("args", []),
                                    [v.get("value", "") for v in container["env"]]])
@@ -325,12 +337,35 @@ def test_settings_the_chart_owns_are_refused_in_settings() -> None:
 def test_the_http_handlers_credentials_come_from_a_secret() -> None:
     env = {var["name"]: var for var in dispatcher_container(full_values())["env"]}
     secrets = {doc["metadata"]["name"]: doc for doc in objects("Secret", full_values())}
-    for name in ("WAITLINE_HTTP_BEARER_TOKEN", "WAITLINE_HTTP_BASIC_PASSWORD",
-                 "WAITLINE_SASL_PASSWORD"):
+    for name in ("WAITLINE_HTTP_BEARER_TOKEN", "WAITLINE_SASL_PASSWORD"):
         assert "value" not in env[name], f"{name} in clear in the pod spec"
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] in secrets
     token = env["WAITLINE_HTTP_BEARER_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert secrets[token["name"]]["stringData"][token["key"]] == "token-from-values"
+    assert "WAITLINE_HTTP_BASIC_PASSWORD" not in env, "only the credentials the values give"
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_no_secret_the_configuration_names_is_optional(values: Path) -> None:
+    """A wrong key name must stop the pod at start (CreateContainerConfigError), not run it
+    without its credential: every 401 would send a record to the DLQ."""
+    for component, spec in pod_specs(values):
+        for container in spec["containers"]:
+            for var in container["env"]:
+                ref = var.get("valueFrom", {}).get("secretKeyRef")
+                assert ref is None or not ref.get("optional"), (component, var["name"])
+        for volume in spec.get("volumes", []):
+            assert not volume.get("secret", {}).get("optional"), (component, volume["name"])
+
+
+def test_a_secret_of_the_users_is_read_under_the_keys_named() -> None:
+    env = {var["name"]: var for var in dispatcher_container(secured_values())["env"]}
+    token = env["WAITLINE_HTTP_BEARER_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (token["name"], token["key"]) == ("payments-api", "token")
+    unnamed = helm_template("-f", str(secured_values()), "--set",
+                            "dispatcher.httpCredentials.bearerTokenKey=")
+    assert unnamed.returncode != 0
+    assert "name the key that holds the credential" in unnamed.stderr
 
 
 def test_the_http_values_configure_the_counterparty_url_preset_too() -> None:
@@ -352,6 +387,197 @@ def test_handler_modules_are_mounted_on_the_python_path() -> None:
     mount = next(m for m in container["volumeMounts"] if m["name"] == "handler-modules")
     assert literal_env(container)["PYTHONPATH"] == mount["mountPath"]
     assert "myhandlers.py" in config_map["data"]
+
+
+# --- Kafka: one configuration for every container and for KEDA ------------------------------
+
+# How the chart sets each field of KafkaClientSettings, the one Kafka configuration the pod, the
+# reconciliation job and the console read: a value, or why the chart leaves it to the program.
+# A field added to the settings fails the first test below until it is placed here.
+KAFKA_SETTINGS_FROM_VALUES = {
+    "bootstrap_servers": "kafka.bootstrapServers",
+    "security_protocol": "kafka.securityProtocol",
+    "sasl_mechanism": "kafka.sasl.mechanism",
+    "sasl_username": "kafka.sasl.username",
+    "sasl_password": "kafka.sasl.existingSecret + passwordKey: a secretKeyRef",
+    "ssl_cafile": "kafka.tls.ca: a file of the Secret, mounted",
+    "ssl_certfile": "kafka.tls.client.certKey: a file of the Secret, mounted",
+    "ssl_keyfile": "kafka.tls.client.keyKey: a file of the Secret, mounted",
+}
+KAFKA_SETTINGS_LEFT_TO_THE_PROGRAM = {
+    "client_id": "each command names its own clients (waitline, waitline-dlq, ...)",
+    "metadata_max_age": "a `waitline dispatch` flag: dispatcher.settings.metadata-max-age",
+}
+
+
+def test_the_chart_places_every_kafka_setting() -> None:
+    fields = set(KafkaClientSettings.model_fields)
+    placed = set(KAFKA_SETTINGS_FROM_VALUES) | set(KAFKA_SETTINGS_LEFT_TO_THE_PROGRAM)
+    assert placed == fields, (
+        f"KafkaClientSettings has {sorted(fields - placed)} the chart does not set: give each "
+        f"a kafka.* value (deploy/helm/waitline) or say why not; gone: {sorted(placed - fields)}")
+
+
+def kafka_env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The container's variables that KafkaClientSettings reads, as rendered."""
+    names = settings_env(KafkaClientSettings, "WAITLINE_")
+    return {var["name"]: var for var in container["env"] if var["name"] in names}
+
+
+def workload_containers(values: Path) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(component, pod spec, container) of every workload's container."""
+    for component, spec in pod_specs(values):
+        for container in spec["containers"]:
+            yield component, spec, container
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_every_container_reaches_kafka_with_the_same_settings(values: Path) -> None:
+    envs = {component: kafka_env(container)
+            for component, _spec, container in workload_containers(values)}
+    assert {"dispatcher", "reconcile"} <= envs.keys()
+    dispatcher = envs["dispatcher"]
+    for component, env in envs.items():
+        assert env == dispatcher, f"{component} reaches Kafka otherwise than the pod"
+    if values == secured_values():
+        assert set(dispatcher) == {f"WAITLINE_{name.upper()}"
+                                   for name in KAFKA_SETTINGS_FROM_VALUES}
+
+
+def mounted_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Path in the container -> (Secret, key) of every file a Secret volume puts there."""
+    volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+    files: dict[str, tuple[str, str]] = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes[mount["name"]].get("secret")
+        if secret is None:
+            continue
+        for item in secret.get("items", []):
+            files[f"{mount['mountPath']}/{item['path']}"] = (secret["secretName"], item["key"])
+    return files
+
+
+def container_kafka_settings(spec: dict[str, Any], container: dict[str, Any],
+                             root: Path) -> KafkaClientSettings:
+    """KafkaClientSettings as the program in `container` would read them: each Secret's value
+    a placeholder naming it ("secret:NAME/KEY"), each mounted file under `root`, holding the
+    name of the Secret and key it came from."""
+    files = mounted_files(spec, container)
+    env: dict[str, str] = {}
+    for name, var in kafka_env(container).items():
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            env[name] = f"secret:{ref['name']}/{ref['key']}"
+            continue
+        value = var["value"]
+        if value in files:
+            local = root / value.lstrip("/")
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text("/".join(files[value]))
+            value = str(local)
+        env[name] = value
+    with environment(env):
+        return KafkaClientSettings()
+
+
+def test_the_secured_values_connect_every_container_with_tls_and_sasl(tmp_path: Path) -> None:
+    """From the rendered manifests and the settings class: every container's Kafka clients
+    speak SASL_SSL as the user the values name, with the password, CA and client certificate
+    of the Secrets they name."""
+    kafka = yaml.safe_load(secured_values().read_text())["kafka"]
+    sasl, tls = kafka["sasl"], kafka["tls"]
+    components = set()
+    for component, spec, container in workload_containers(secured_values()):
+        settings = container_kafka_settings(spec, container, tmp_path / component)
+        assert settings.security_protocol == "SASL_SSL"
+        assert (settings.sasl_mechanism, settings.sasl_username) == (sasl["mechanism"],
+                                                                     sasl["username"])
+        assert settings.sasl_password is not None
+        assert settings.sasl_password.get_secret_value() == (
+            f"secret:{sasl['existingSecret']}/{sasl['passwordKey']}")
+        read = {name: Path(str(getattr(settings, name))).read_text()
+                for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")}
+        assert read == {
+            "ssl_cafile": f"{tls['ca']['existingSecret']}/{tls['ca']['key']}",
+            "ssl_certfile": f"{tls['client']['existingSecret']}/{tls['client']['certKey']}",
+            "ssl_keyfile": f"{tls['client']['existingSecret']}/{tls['client']['keyKey']}"}
+        components.add(component)
+    assert components == {"dispatcher", "reconcile", "console"}
+
+
+def test_keda_reads_the_lag_with_the_pods_credentials() -> None:
+    """The TriggerAuthentication takes the user from the pod's own variable and the password,
+    CA and client certificate from the Secrets and keys the pod reads them from."""
+    spec = only("Deployment", secured_values(), component="dispatcher")["spec"]["template"][
+        "spec"]
+    (container,) = spec["containers"]
+    env = kafka_env(container)
+    files = mounted_files(spec, container)
+    trigger = only("ScaledObject", secured_values())["spec"]["triggers"][0]
+    auth = only("TriggerAuthentication", secured_values())
+    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+    assert trigger["metadata"]["sasl"] == "scram_sha512"
+    assert trigger["metadata"]["tls"] == "enable"
+    (username,) = auth["spec"]["env"]
+    assert (username["parameter"], username["containerName"]) == ("username", container["name"])
+    assert username["name"] == "WAITLINE_SASL_USERNAME" and username["name"] in env
+    refs = {ref["parameter"]: (ref["name"], ref["key"]) for ref in auth["spec"]["secretTargetRef"]}
+    password = env["WAITLINE_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert refs == {"password": (password["name"], password["key"]),
+                    "ca": files[env["WAITLINE_SSL_CAFILE"]["value"]],
+                    "cert": files[env["WAITLINE_SSL_CERTFILE"]["value"]],
+                    "key": files[env["WAITLINE_SSL_KEYFILE"]["value"]]}
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (("kafka.securityProtocol=SSL",), "kafka.sasl.* is set but kafka.securityProtocol SSL"),
+    (("kafka.securityProtocol=SASL_PLAINTEXT",), "kafka.tls.* is set but"),
+    (("kafka.sasl.mechanism=",), "kafka.sasl.mechanism is required"),
+    (("kafka.tls.client.keyKey=",), "a client certificate needs both"),
+])
+def test_kafka_values_that_contradict_each_other_are_refused(sets: tuple[str, ...],
+                                                             message: str) -> None:
+    result = helm_template("-f", str(secured_values()),
+                           *(arg for s in sets for arg in ("--set", s)))
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_every_workload_takes_the_users_variables_and_volumes(values: Path,
+                                                              tmp_path: Path) -> None:
+    """extraEnv, envFrom, extraVolumes and extraVolumeMounts reach each workload's container."""
+    extras: dict[str, list[dict[str, Any]]] = {"extraEnv": [{"name": "EXTRA_ONE", "value": "one"}],
+              "envFrom": [{"secretRef": {"name": "extra-secret"}}],
+              "extraVolumes": [{"name": "extra", "emptyDir": {"medium": "Memory"}}],
+              "extraVolumeMounts": [{"name": "extra", "mountPath": "/opt/extra"}]}
+    more = tmp_path / "extras.yaml"
+    more.write_text(yaml.safe_dump(dict.fromkeys(("dispatcher", "reconcile", "console"),
+                                                  extras)))
+    result = helm_template("-f", str(values), "-f", str(more))
+    assert result.returncode == 0, result.stderr
+    seen = set()
+    for doc in yaml.safe_load_all(result.stdout):
+        if not doc or doc["kind"] not in ("Deployment", "CronJob"):
+            continue
+        template = (doc["spec"]["template"] if doc["kind"] == "Deployment"
+                    else doc["spec"]["jobTemplate"]["spec"]["template"])
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        assert extras["extraEnv"][0] in container["env"]
+        assert container["envFrom"] == extras["envFrom"]
+        assert extras["extraVolumes"][0] in spec["volumes"]
+        assert extras["extraVolumeMounts"][0] in container["volumeMounts"]
+        seen.add(doc["metadata"]["labels"]["app.kubernetes.io/component"])
+    assert seen >= {"dispatcher", "reconcile"}
+
+
+def test_a_variable_the_chart_sets_is_refused_in_extra_env() -> None:
+    result = helm_template("-f", str(default_values()), "--set",
+                           "dispatcher.extraEnv[0].name=WAITLINE_BOOTSTRAP_SERVERS",
+                           "--set", "dispatcher.extraEnv[0].value=elsewhere:9092")
+    assert result.returncode != 0
+    assert "dispatcher.extraEnv: WAITLINE_BOOTSTRAP_SERVERS is set by the chart" in result.stderr
 
 
 # --- commands and the image ----------------------------------------------------------------
