@@ -76,7 +76,8 @@ async def test_the_rendered_pod_answers_its_probes_and_drains_within_its_grace(
             f"kafka.bootstrapServers={kafka_bootstrap}", f"dispatcher.metricsPort={free_port()}",
             f"dispatcher.counterpartyUrl={counterparty.url}",
             f"dispatcher.settings.input-topic={topic}", f"dispatcher.settings.group={group}",
-            "dispatcher.settings.concurrency=10", "dispatcher.drainGraceSeconds=15")
+            "dispatcher.settings.concurrency=10", "dispatcher.settings.deadline=10s",
+            "dispatcher.drainGraceSeconds=15")
         spec = deployment["spec"]["template"]["spec"]
         (container,) = spec["containers"]
         for name in [n for n in os.environ if n.startswith("WAITLINE_")]:

@@ -206,6 +206,33 @@ def test_the_charts_close_bound_is_the_codes() -> None:
     assert chart_values["dispatcher"]["closeBoundSeconds"] == CLOSE_TIMEOUT_S
 
 
+@pytest.mark.parametrize("deadline", ["250ms", "30s", "2m", "10m", None],
+                         ids=lambda d: d or "the pod's default")
+def test_the_drain_follows_the_deadline(deadline: str | None) -> None:
+    """A call in flight at a roll may run until its deadline: the drain grace the chart derives
+    outlasts it, and the grace period outlasts the drain (with no deadline given, the pod's own
+    default one, read from the code)."""
+    sets = (f"dispatcher.settings.deadline={deadline or 'null'}",)
+    settings = settings_from(literal_env(dispatcher_container(default_values(), *sets)))
+    if deadline is None:
+        assert settings.deadline == DispatchSettings.model_fields["deadline"].default
+    assert settings.drain_grace >= settings.deadline
+    assert termination_grace(default_values(), *sets) > (settings.drain_grace
+                                                          + 2 * CLOSE_TIMEOUT_S)
+
+
+def test_a_drain_shorter_than_the_deadline_is_refused() -> None:
+    result = helm_template("-f", str(default_values()), "--set", "dispatcher.drainGraceSeconds=30",
+                           "--set", "dispatcher.settings.deadline=2m")
+    assert result.returncode != 0
+    assert "dispatcher.drainGraceSeconds 30 is shorter than dispatcher.settings.deadline" in (
+        result.stderr)
+    assert "at least 120" in result.stderr
+    bad = helm_template("-f", str(default_values()), "--set", "dispatcher.settings.deadline=soon")
+    assert bad.returncode != 0
+    assert 'dispatcher.settings.deadline: "soon" is not a duration' in bad.stderr
+
+
 def test_the_drain_grace_is_set_only_through_its_own_value() -> None:
     result = helm_template("-f", str(default_values()), "--set",
                            "dispatcher.settings.drain-grace=600s")

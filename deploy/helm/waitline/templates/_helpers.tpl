@@ -62,12 +62,48 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{/*
+Seconds in a duration as the pod reads one (dispatcher/durations.py: 250ms, 60s, 5m, 1h, 7d, or
+bare seconds), rounded up: include "waitline.seconds" (list VALUE NAME-FOR-ERRORS)
+*/}}
+{{- define "waitline.seconds" -}}
+{{- $text := index . 0 | toString | trim -}}
+{{- $pattern := "^([0-9]+(\\.[0-9]+)?)\\s*(ms|s|m|h|d)?$" -}}
+{{- if not (regexMatch $pattern $text) -}}
+{{- fail (printf "%s: %q is not a duration (a number with a unit ms, s, m, h or d, e.g. 60s or 1h)" (index . 1) $text) -}}
+{{- end -}}
+{{- $number := regexReplaceAll $pattern $text "${1}" | float64 -}}
+{{- $unit := regexReplaceAll $pattern $text "${3}" | default "s" -}}
+{{- $scale := get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0) $unit -}}
+{{- mulf $number $scale | ceil | int -}}
+{{- end -}}
+
+{{/*
+The dispatcher's drain grace in seconds. Calls in flight at SIGTERM may run until their
+deadline, then write their outcome and tombstone: the grace defaults to the deadline plus
+dispatcher.drainAfterDeadlineSeconds, and a grace given shorter than the deadline is refused
+(those calls would be cancelled and reach the DLQ only when their wait expires).
+*/}}
+{{- define "waitline.drainGrace" -}}
+{{- $d := .Values.dispatcher -}}
+{{- /* The pod's own default deadline (DispatchSettings.deadline; the chart's tests hold them equal). */ -}}
+{{- $deadline := int (include "waitline.seconds" (list (index $d.settings "deadline" | default "60s") "dispatcher.settings.deadline")) -}}
+{{- if kindIs "invalid" $d.drainGraceSeconds -}}
+{{- add $deadline $d.drainAfterDeadlineSeconds -}}
+{{- else -}}
+{{- if lt (int $d.drainGraceSeconds) $deadline -}}
+{{- fail (printf "dispatcher.drainGraceSeconds %d is shorter than dispatcher.settings.deadline (%d s): calls in flight at a roll would be cancelled and reach the DLQ only when their wait expires. Raise dispatcher.drainGraceSeconds to at least %d, or remove it (it then follows the deadline: %d s, with room for the outcome writes), or lower the deadline" (int $d.drainGraceSeconds) $deadline $deadline (add $deadline $d.drainAfterDeadlineSeconds)) -}}
+{{- end -}}
+{{- int $d.drainGraceSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 terminationGracePeriodSeconds of the dispatcher: its drain grace, then the consumer's and the
 producer's close (each bounded by the close bound), then the final commit and exit.
 */}}
 {{- define "waitline.terminationGrace" -}}
 {{- $d := .Values.dispatcher -}}
-{{- add (int $d.drainGraceSeconds) (mul 2 (int $d.closeBoundSeconds)) (int $d.shutdownMarginSeconds) -}}
+{{- add (include "waitline.drainGrace" . | int) (mul 2 (int $d.closeBoundSeconds)) (int $d.shutdownMarginSeconds) -}}
 {{- end -}}
 
 {{/* The pod-level and container-level security settings every Waitline container runs with. */}}
@@ -329,7 +365,7 @@ unauthenticated.
 {{- $d := .Values.dispatcher -}}
 {{- include "waitline.kafkaEnv" . }}
 - name: WAITLINE_DRAIN_GRACE
-  value: {{ printf "%ds" (int $d.drainGraceSeconds) | quote }}
+  value: {{ printf "%ss" (include "waitline.drainGrace" .) | quote }}
 - name: WAITLINE_METRICS_HOST
   value: "0.0.0.0"
 - name: WAITLINE_METRICS_PORT
