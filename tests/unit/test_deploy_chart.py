@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ import pytest
 import typer.main
 import yaml
 
+import chart_schema
 from dispatcher.cli import SUBCOMMANDS, app
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
 from dispatcher.console.settings import ConsoleSettings
@@ -66,8 +68,8 @@ def helm() -> str:
     return found
 
 
-def helm_template(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm(), "template", "wl", str(CHART), *args], capture_output=True,
+def helm_template(*args: str, release: str = "wl") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), "template", release, str(CHART), *args], capture_output=True,
                           text=True, check=False, timeout=60)
 
 
@@ -155,6 +157,152 @@ def test_the_full_values_render_every_kind_the_chart_has() -> None:
     assert "PersistentVolumeClaim" in {doc["kind"] for doc in rendered(default_values())}
 
 
+# --- the values schema, names, checksums ------------------------------------------------------
+
+
+def test_the_schema_types_every_setting_as_the_code_does() -> None:
+    """dispatcher.settings and dispatcher.http in values.schema.json are derived from the
+    settings classes (tests/unit/chart_schema.py): a setting the code gains, loses or retypes
+    changes the schema too."""
+    committed = chart_schema.committed_parts(json.loads(chart_schema.SCHEMA.read_text()))
+    assert committed == chart_schema.derived_parts(), (
+        "values.schema.json no longer matches the settings: run "
+        "`.venv/bin/python tests/unit/chart_schema.py`")
+
+
+@pytest.mark.parametrize(("typo", "where"), [
+    ("dispatcher.settings.wait-expiry=2h", "'wait-expiry' not allowed"),
+    ("dispatchr.replicas=2", "'dispatchr' not allowed"),
+    ("kafka.sasl.mechanizm=PLAIN", "'mechanizm' not allowed"),
+    ("dispatcher.http.retry-statuses=5xx", "'retry-statuses' not allowed"),
+    ("dispatcher.http.bearer_token=in-clear", "'bearer_token' not allowed"),
+    ("reconcile.longRunning.sparkmaster=spark://x:7077", "'sparkmaster' not allowed"),
+    ("console.existingsecret=users", "'existingsecret' not allowed"),
+], ids=lambda v: v.split("=")[0] if "=" in v else "")
+def test_a_typo_in_the_values_is_refused(typo: str, where: str) -> None:
+    """A key the chart does not know would otherwise be ignored: `settings.wait-expiry` would
+    render WAITLINE_WAIT_EXPIRY, which nothing reads."""
+    result = helm_template("-f", str(default_values()), "--set", typo)
+    assert result.returncode != 0
+    assert where in result.stderr
+
+
+@pytest.mark.parametrize("wrong", [
+    "dispatcher.settings.deadline=soon", "dispatcher.settings.concurrency=many",
+    "dispatcher.settings.ordering=random", "kafka.securityProtocol=TLS",
+    "kafka.sasl.mechanism=GSSAPI", "dispatcher.replicas=two", "reconcile.trigger=often",
+    "tracing.samplerArg=2", "metrics.serviceMonitor.interval=soon",
+])
+def test_a_value_of_the_wrong_type_is_refused(wrong: str) -> None:
+    result = helm_template("-f", str(default_values()), "--set", wrong)
+    assert result.returncode != 0
+    assert wrong.split("=")[0].replace(".", "/") in result.stderr
+
+
+# Release names up to Helm's own limit (53 characters) must render names Kubernetes accepts.
+LONG_RELEASE = "payments-eu-west-1-production-blue-green-canary-12345"
+# The longest name each kind takes: a DNS label (63) for a Service (and a label value), 52 for a
+# CronJob (its Jobs add 11 characters), 63 for a Job (its name becomes a label of its pods);
+# every other kind a DNS subdomain (253).
+NAME_LIMITS = {"Service": 63, "CronJob": 52, "Job": 63, "Pod": 63}
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def labels_of(doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Every label of an object and of the pods it makes."""
+    yield from doc["metadata"].get("labels", {}).items()
+    spec = doc.get("spec", {})
+    for template in (spec.get("template"), spec.get("jobTemplate", {}).get("spec", {}).get(
+            "template")):
+        if template:
+            yield from template["metadata"].get("labels", {}).items()
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_a_long_release_name_renders_names_kubernetes_accepts(values: Path) -> None:
+    assert len(LONG_RELEASE) == 53
+    result = helm_template("-f", str(values), release=LONG_RELEASE)
+    assert result.returncode == 0, result.stderr
+    names: dict[str, set[str]] = {}
+    for doc in (d for d in yaml.safe_load_all(result.stdout) if d):
+        kind, name = doc["kind"], doc["metadata"]["name"]
+        assert len(name) <= NAME_LIMITS.get(kind, 253), f"{kind} {name}: {len(name)} characters"
+        assert DNS_SUBDOMAIN.match(name), f"{kind} {name}"
+        assert name not in names.setdefault(kind, set()), f"two {kind} objects named {name}"
+        names[kind].add(name)
+        for key, value in labels_of(doc):
+            assert len(str(value)) <= 63, f"{kind} {name}: label {key}={value}"
+    short = {doc["metadata"]["name"] for doc in objects("Deployment", values)}
+    long = names["Deployment"]
+    assert len(short) == len(long), "every object is still there"
+
+
+def test_two_long_release_names_never_share_an_object_name() -> None:
+    def names(release: str) -> set[str]:
+        result = helm_template("-f", str(default_values()), release=release)
+        assert result.returncode == 0, result.stderr
+        return {doc["metadata"]["name"] for doc in yaml.safe_load_all(result.stdout) if doc}
+
+    assert not names(LONG_RELEASE) & names(LONG_RELEASE[:-1] + "6")
+
+
+def referenced_config(spec: dict[str, Any]) -> set[str]:
+    """The ConfigMaps and Secrets a pod spec reads (variables, whole sources, volumes)."""
+    found = set()
+    for container in spec["containers"]:
+        for var in container.get("env", []):
+            for kind in ("secretKeyRef", "configMapKeyRef"):
+                if ref := var.get("valueFrom", {}).get(kind):
+                    found.add(f"{kind}:{ref['name']}")
+        for source in container.get("envFrom", []):
+            found.update(f"{kind}:{ref['name']}" for kind, ref in source.items()
+                         if kind in ("secretRef", "configMapRef"))
+    for volume in spec.get("volumes", []):
+        if "secret" in volume:
+            found.add(f"secret:{volume['secret']['secretName']}")
+        if "configMap" in volume:
+            found.add(f"configMap:{volume['configMap']['name']}")
+    return found
+
+
+def pod_templates(values: Path, *sets: str) -> dict[str, dict[str, Any]]:
+    """component -> pod template of every workload."""
+    templates = {}
+    for doc in rendered(values, *sets):
+        if doc["kind"] == "Deployment":
+            templates[doc["metadata"]["labels"]["app.kubernetes.io/component"]] = doc["spec"][
+                "template"]
+        elif doc["kind"] == "CronJob":
+            templates[doc["metadata"]["labels"]["app.kubernetes.io/component"]] = doc["spec"][
+                "jobTemplate"]["spec"]["template"]
+    return templates
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_every_workload_that_reads_a_secret_or_config_map_carries_its_checksum(
+        values: Path) -> None:
+    for component, template in pod_templates(values).items():
+        if referenced_config(template["spec"]):
+            assert "checksum/config" in template["metadata"].get("annotations", {}), component
+
+
+@pytest.mark.parametrize(("change", "rolled"), [
+    ("kafka.sasl.password=rotated", {"dispatcher", "reconcile", "console"}),
+    ("registry.existingSecret=another-registry", {"reconcile", "console"}),
+    ("dispatcher.httpCredentials.bearerToken=rotated", {"dispatcher"}),
+    ("dispatcher.handlerModules.myhandlers\\.py=async def handle(record): pass",
+     {"dispatcher"}),
+])
+def test_a_changed_secret_or_config_map_rolls_the_pods_that_read_it(change: str,
+                                                                    rolled: set[str]) -> None:
+    def checksums(*sets: str) -> dict[str, str]:
+        return {component: template["metadata"]["annotations"]["checksum/config"]
+                for component, template in pod_templates(full_values(), *sets).items()}
+
+    before, after = checksums(), checksums(change)
+    assert {component for component in before if before[component] != after[component]} == rolled
+
+
 # --- probes --------------------------------------------------------------------------------
 
 
@@ -230,7 +378,7 @@ def test_a_drain_shorter_than_the_deadline_is_refused() -> None:
     assert "at least 120" in result.stderr
     bad = helm_template("-f", str(default_values()), "--set", "dispatcher.settings.deadline=soon")
     assert bad.returncode != 0
-    assert 'dispatcher.settings.deadline: "soon" is not a duration' in bad.stderr
+    assert "/dispatcher/settings/deadline" in bad.stderr
 
 
 def test_the_drain_grace_is_set_only_through_its_own_value() -> None:
