@@ -62,8 +62,8 @@ def _property(name: str, field: FieldInfo, durations: set[str]) -> dict[str, Any
     kinds = tuple(kind for kind in kinds if kind is not type(None))
     literals = [value for kind in kinds if typing.get_origin(kind) is typing.Literal
                 for value in typing.get_args(kind)]
-    enums = [member.value for kind in kinds if isinstance(kind, type) and issubclass(kind, enum.Enum)
-             for member in kind]
+    enums = [member.value for kind in kinds
+             if isinstance(kind, type) and issubclass(kind, enum.Enum) for member in kind]
     if enums:
         return {"description": description, "enum": enums}
     if bool in kinds:

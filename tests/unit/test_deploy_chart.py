@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import chart_schema
 import kubernetes_validate
 import opentelemetry.environment_variables
 import opentelemetry.sdk.environment_variables
@@ -31,7 +32,6 @@ import pytest
 import typer.main
 import yaml
 
-import chart_schema
 from dispatcher.cli import SUBCOMMANDS, app
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
 from dispatcher.console.settings import ConsoleSettings
@@ -196,7 +196,7 @@ def test_a_typo_in_the_values_is_refused(typo: str, where: str) -> None:
 def test_a_value_of_the_wrong_type_is_refused(wrong: str) -> None:
     result = helm_template("-f", str(default_values()), "--set", wrong)
     assert result.returncode != 0
-    assert wrong.split("=")[0].replace(".", "/") in result.stderr
+    assert wrong.split("=", maxsplit=1)[0].replace(".", "/") in result.stderr
 
 
 # Release names up to Helm's own limit (53 characters) must render names Kubernetes accepts.
