@@ -6,9 +6,7 @@ the chart's terminationGracePeriodSeconds, every record called exactly once."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
+from chart_helpers import helm_render
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,
@@ -33,25 +31,13 @@ from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "waitline"
 RECORDS = 40
 CALL_S = 1.0  # each call takes this long: SIGTERM finds calls in flight
 
 
 def rendered_dispatcher(*sets: str) -> dict[str, Any]:
     """The dispatcher Deployment `helm template` renders from the default values and `sets`."""
-    gobin, gopath = subprocess.run(["go", "env", "GOBIN", "GOPATH"], capture_output=True,
-                                   text=True, check=True).stdout.split("\n")[:2]
-    helm = Path(gobin or Path(gopath) / "bin") / "helm"
-    binary = str(helm) if helm.is_file() else shutil.which("helm")
-    assert binary, "helm is missing: run `make setup`"
-    result = subprocess.run(
-        [binary, "template", "wl", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
-         *(arg for s in sets for arg in ("--set", s))],
-        capture_output=True, text=True, check=False, timeout=60)
-    assert result.returncode == 0, result.stderr
-    (deployment,) = [doc for doc in yaml.safe_load_all(result.stdout) if doc
-                     and doc["kind"] == "Deployment"
+    (deployment,) = [doc for doc in helm_render(sets=sets) if doc["kind"] == "Deployment"
                      and doc["metadata"]["labels"]["app.kubernetes.io/component"] == "dispatcher"]
     return dict(deployment)
 

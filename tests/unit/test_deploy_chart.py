@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import re
@@ -126,7 +127,7 @@ def secured_values() -> Path:
 
 def test_the_ci_values_files_exist() -> None:
     assert {p.name for p in VALUES_FILES} >= {"default-values.yaml", "full-values.yaml",
-                                              "secured-values.yaml"}
+                                              "secured-values.yaml", "standalone-values.yaml"}
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
@@ -149,11 +150,12 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(values: 
         kubernetes_validate.validate(doc, version, strict=True)
 
 
-def test_the_full_values_render_every_kind_the_chart_has() -> None:
-    kinds = {doc["kind"] for doc in rendered(full_values())}
+def test_the_ci_values_render_every_kind_the_chart_has() -> None:
+    kinds = {doc["kind"] for values in VALUES_FILES for doc in rendered(values)}
     assert kinds == {"Deployment", "CronJob", "Service", "Secret", "ConfigMap",
                      "PodDisruptionBudget", "ServiceMonitor", "ScaledObject",
-                     "TriggerAuthentication"}
+                     "TriggerAuthentication", "PersistentVolumeClaim", "ServiceAccount", "Role",
+                     "RoleBinding"}
     assert "PersistentVolumeClaim" in {doc["kind"] for doc in rendered(default_values())}
 
 
@@ -439,6 +441,7 @@ def program_reads(component: str) -> set[str]:
 RUNTIME_ENV = {
     "PYTHONPATH": "the Python interpreter (the handler modules' folder)",
     "PYSPARK_SUBMIT_ARGS": "pyspark.java_gateway, which passes it to spark-submit",
+    "SPARK_CONF_DIR": "spark-submit, which reads spark-defaults.conf there",
 }
 
 
@@ -447,6 +450,8 @@ def test_the_runtime_variables_are_read_by_what_they_name() -> None:
 
     source = Path(str(pyspark.java_gateway.__file__)).read_text()
     assert 'os.environ.get("PYSPARK_SUBMIT_ARGS"' in source
+    spark_env = Path(str(pyspark.__file__)).parent / "bin" / "load-spark-env.sh"
+    assert 'SPARK_CONF_DIR="${SPARK_CONF_DIR:-' in spark_env.read_text()
     out = subprocess.run(["python3", "-c", "import sys; print(sys.path)"], check=True,
                          capture_output=True, text=True, env={"PYTHONPATH": "/opt/x"}).stdout
     assert "/opt/x" in out
@@ -762,6 +767,11 @@ def dockerfile_user(path: Path) -> str:
     return re.findall(r"^USER\s+(\S+)", path.read_text(), re.MULTILINE)[-1]
 
 
+def dockerfile_env(path: Path) -> dict[str, str]:
+    """The ENV NAME=VALUE pairs of a Dockerfile (its last stage's are the image's)."""
+    return dict(re.findall(r"^ENV\s+(\w+)=(\S+)", path.read_text(), re.MULTILINE))
+
+
 @pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
 def test_every_container_runs_a_waitline_command_with_its_flags(values: Path) -> None:
     for component, spec in pod_specs(values):
@@ -851,15 +861,143 @@ def test_autoscaling_stops_at_one_pod_per_partition() -> None:
 
 
 def test_the_long_running_job_is_one_driver_against_a_spark_master() -> None:
-    job = only("Deployment", default_values(), component="reconcile")
+    sets = ("reconcile.master=spark://spark-master:7077",)
+    job = only("Deployment", default_values(), *sets, component="reconcile")
     assert job["spec"]["replicas"] == 1
     assert job["spec"]["strategy"]["type"] == "Recreate"
-    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[args.index("--master") + 1].startswith("spark://")
+    spec = job["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--master") + 1] == "spark://spark-master:7077"
     assert "--once" not in args
-    local = helm_template("-f", str(default_values()), "--set",
-                          "reconcile.longRunning.sparkMaster=local[2]")
+    assert spec["automountServiceAccountToken"] is False, "a standalone driver needs no API"
+    assert not objects("Role", default_values(), *sets)
+    local = helm_template("-f", str(default_values()), "--set", "reconcile.master=local[2]")
     assert local.returncode != 0
+    assert "cannot grow" in local.stderr
+
+
+# --- the reconciliation job on Kubernetes (reconcile.master: k8s) ------------------------------
+
+NAMESPACE = "payments"
+# What Spark's driver asks of the API server in client mode, and nothing more.
+SPARK_DRIVER_RULES = {("pods", "create"), ("pods", "get"), ("pods", "list"), ("pods", "watch"),
+                      ("pods", "patch"), ("pods", "delete"), ("pods", "deletecollection"),
+                      ("configmaps", "create"), ("configmaps", "get"), ("configmaps", "list"),
+                      ("configmaps", "delete"), ("configmaps", "deletecollection"),
+                      ("persistentvolumeclaims", "list"),
+                      ("persistentvolumeclaims", "deletecollection")}
+
+
+def spark_k8s(values: Path = CHART / "ci" / "secured-values.yaml",
+              release: str = "wl") -> dict[str, Any]:
+    """The long-running job with master k8s, rendered in NAMESPACE: its objects by kind."""
+    result = helm_template("-f", str(values), "--namespace", NAMESPACE, release=release)
+    assert result.returncode == 0, result.stderr
+    found: dict[str, Any] = {}
+    for doc in (d for d in yaml.safe_load_all(result.stdout) if d):
+        found.setdefault(doc["kind"], []).append(doc)
+    return found
+
+
+def spark_defaults(config_map: dict[str, Any]) -> dict[str, str]:
+    return dict(line.split(None, 1) for line in
+                config_map["data"]["spark-defaults.conf"].splitlines() if line.strip())
+
+
+def test_spark_on_kubernetes_runs_the_driver_with_the_rbac_it_needs() -> None:
+    docs = spark_k8s()
+    (driver,) = [d for d in docs["Deployment"]
+                 if d["metadata"]["labels"]["app.kubernetes.io/component"] == "reconcile"]
+    spec = driver["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args[args.index("--master") + 1] == "k8s://https://kubernetes.default.svc:443"
+    assert spec["automountServiceAccountToken"] is True
+    accounts = {a["metadata"]["name"]: a for a in docs["ServiceAccount"]}
+    assert spec["serviceAccountName"] in accounts
+    (binding,) = docs["RoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
+                                    "namespace": NAMESPACE}]
+    assert "ClusterRole" not in docs and "ClusterRoleBinding" not in docs
+    (role,) = docs["Role"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    granted = {(resource, verb) for rule in role["rules"] for resource in rule["resources"]
+               for verb in rule["verbs"]}
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    assert granted == SPARK_DRIVER_RULES
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_spark_on_kubernetes_reaches_the_driver_through_its_headless_service() -> None:
+    docs = spark_k8s()
+    (driver,) = [d for d in docs["Deployment"]
+                 if d["metadata"]["labels"]["app.kubernetes.io/component"] == "reconcile"]
+    pod = driver["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    (config_map,) = [c for c in docs["ConfigMap"] if c["metadata"]["name"].endswith("spark-conf")]
+    conf = spark_defaults(config_map)
+    (service,) = [s for s in docs["Service"] if s["spec"].get("publishNotReadyAddresses")]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert conf["spark.driver.host"] == f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    by_target = {p["targetPort"]: p["port"] for p in service["spec"]["ports"]}
+    assert int(conf["spark.driver.port"]) == ports["spark-driver"] == by_target["spark-driver"]
+    assert int(conf["spark.driver.blockManager.port"]) == ports["spark-blocks"] == by_target[
+        "spark-blocks"]
+    assert conf["spark.kubernetes.namespace"] == NAMESPACE
+    assert conf["spark.kubernetes.container.image"] == container["image"]
+    env = literal_env(container)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "spark-conf")
+    assert env["SPARK_CONF_DIR"] == mount["mountPath"]
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == (
+        f"{mount['mountPath']}/executor-pod.yaml")
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_the_executor_pod_template_is_a_valid_pod_as_the_driver_runs(version: str) -> None:
+    docs = spark_k8s()
+    (config_map,) = [c for c in docs["ConfigMap"] if c["metadata"]["name"].endswith("spark-conf")]
+    conf = spark_defaults(config_map)
+    template = yaml.safe_load(config_map["data"]["executor-pod.yaml"])
+    kubernetes_validate.validate(template, version, strict=True)
+    (executor,) = template["spec"]["containers"]
+    assert executor["name"] == conf["spark.kubernetes.executor.podTemplateContainerName"]
+    assert executor["command"][-2:] == ["-m", "spark_jobs.k8s_executor"]
+    assert importlib.util.find_spec("spark_jobs.k8s_executor") is not None
+    assert executor["securityContext"]["readOnlyRootFilesystem"] is True
+    assert template["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert template["spec"]["automountServiceAccountToken"] is False
+    accounts = {a["metadata"]["name"] for a in docs["ServiceAccount"]}
+    assert template["spec"]["serviceAccountName"] in accounts
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == template["spec"][
+        "serviceAccountName"]
+    # The executors read Kafka where the driver does: the same certificates at the same paths.
+    (driver,) = [d for d in docs["Deployment"]
+                 if d["metadata"]["labels"]["app.kubernetes.io/component"] == "reconcile"]
+    driver_spec = driver["spec"]["template"]["spec"]
+    assert mounted_files(template["spec"], executor) == mounted_files(
+        driver_spec, driver_spec["containers"][0])
+    given = yaml.safe_load((CHART / "values.yaml").read_text())["reconcile"]["executors"]
+    assert (conf["spark.executor.instances"], conf["spark.executor.cores"],
+            conf["spark.executor.memory"], conf["spark.executor.memoryOverhead"]) == (
+        str(given["instances"]), str(given["cores"]), given["memory"], given["memoryOverhead"])
+
+
+def test_the_executors_take_the_connector_jars_from_the_image() -> None:
+    (config_map,) = [c for c in spark_k8s()["ConfigMap"]
+                     if c["metadata"]["name"].endswith("spark-conf")]
+    image_cache = dockerfile_env(ROOT / "compose" / "Dockerfile.reconcile")["WAITLINE_CACHE_DIR"]
+    assert spark_defaults(config_map)["spark.executor.extraClassPath"] == (
+        f"{image_cache}/spark-jars/*")
+
+
+def test_executor_pod_names_stay_within_sparks_limit_for_a_long_release() -> None:
+    (config_map,) = [c for c in spark_k8s(release=LONG_RELEASE)["ConfigMap"]
+                     if c["metadata"]["name"].endswith("spark-conf")]
+    prefix = spark_defaults(config_map)["spark.kubernetes.executor.podNamePrefix"]
+    assert len(prefix) <= 47 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", prefix)
 
 
 def test_the_cron_job_runs_once_and_never_beside_another() -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.paths import CACHE_DIR_ENV, spark_jars_dir
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,18 @@ def stages(path: Path) -> list[list[tuple[str, str]]]:
     return found
 
 
+def build_and_runtime(path: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The stage that builds the wheel (the first, `AS build`) and the image's (the last)."""
+    all_stages = stages(path)
+    assert all_stages[0][0][1].endswith(" AS build")
+    return all_stages[0], all_stages[-1]
+
+
+def named_stage(path: Path, name: str) -> list[tuple[str, str]]:
+    (stage,) = [s for s in stages(path) if s[0][1].endswith(f" AS {name}")]
+    return stage
+
+
 def build_sources() -> set[str]:
     """What `uv build --wheel` reads: the project's metadata and every path the wheel takes."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -45,7 +59,7 @@ def build_sources() -> set[str]:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_build_stage_copies_what_the_wheel_is_built_from(dockerfile: Path) -> None:
-    build, _runtime = stages(dockerfile)
+    build, _runtime = build_and_runtime(dockerfile)
     copied = {word for name, args in build if name == "COPY"
               for word in shlex.split(args)[:-1]}
     assert copied == build_sources()
@@ -56,9 +70,10 @@ def test_the_build_stage_copies_what_the_wheel_is_built_from(dockerfile: Path) -
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_image_installs_that_wheel_and_nothing_of_the_checkout(dockerfile: Path) -> None:
-    _build, runtime = stages(dockerfile)
+    _build, runtime = build_and_runtime(dockerfile)
     copies = [args for name, args in runtime if name == "COPY"]
-    assert copies == ["--from=build /dist /dist"], "the image takes the wheel, not the sources"
+    assert copies[0] == "--from=build /dist /dist", "the image takes the wheel, not the sources"
+    assert all(copy.startswith("--from=") for copy in copies), "nothing of the checkout"
     runs = " && ".join(args for name, args in runtime if name == "RUN")
     assert "pip install --no-cache-dir --require-hashes -r /dist/requirements.txt" in runs
     assert "pip install --no-cache-dir --no-deps /dist/waitline-*.whl" in runs
@@ -66,7 +81,7 @@ def test_the_image_installs_that_wheel_and_nothing_of_the_checkout(dockerfile: P
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_image_runs_waitline_as_a_numeric_non_root_user(dockerfile: Path) -> None:
-    _build, runtime = stages(dockerfile)
+    _build, runtime = build_and_runtime(dockerfile)
     users = [args for name, args in runtime if name == "USER"]
     assert users and users[-1].isdigit() and int(users[-1]) > 0, users
     runs = " && ".join(args for name, args in runtime if name == "RUN")
@@ -75,3 +90,27 @@ def test_the_image_runs_waitline_as_a_numeric_non_root_user(dockerfile: Path) ->
     assert entry == ['["waitline"]']
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "waitline" in project["project"]["scripts"]
+
+
+def test_the_reconcile_image_holds_the_connector_jars_where_the_job_looks() -> None:
+    """Spark's Kafka connector is resolved at build time from the POM `make setup` uses, with
+    the same Maven command, into the image's $WAITLINE_CACHE_DIR/spark-jars, the folder
+    spark_jobs/session.py takes its jars from: a job in the image never fetches them."""
+    dockerfile = ROOT / "compose" / "Dockerfile.reconcile"
+    jars = named_stage(dockerfile, "jars")
+    (copy,) = [args for name, args in jars if name == "COPY"]
+    assert shlex.split(copy)[0] == "compose/local/spark/pom.xml"
+    (run,) = [args for name, args in jars if name == "RUN"]
+    setup = (ROOT / "compose" / "local" / "setup.sh").read_text()
+    assert "dependency:copy-dependencies -DincludeScope=runtime" in run
+    assert "dependency:copy-dependencies -DincludeScope=runtime" in setup
+    output = re.search(r"-DoutputDirectory=(\S+)", run)
+    assert output is not None
+    _build, runtime = build_and_runtime(dockerfile)
+    copies = dict(shlex.split(args.removeprefix("--from=jars "))
+                  for name, args in runtime if name == "COPY" and args.startswith("--from=jars"))
+    env = dict(arg.split("=", 1) for name, args in runtime if name == "ENV"
+               for arg in shlex.split(args))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, env[CACHE_DIR_ENV])
+        assert copies[output.group(1)] == str(spark_jars_dir())
