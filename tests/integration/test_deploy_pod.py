@@ -5,8 +5,10 @@ the chart's terminationGracePeriodSeconds, every record called exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -119,5 +121,44 @@ async def test_the_pods_metrics_server_serves_the_probe_paths() -> None:
             assert await status_of(http, readiness) == 503
             ready = True
             assert await status_of(http, readiness) == 200
+    finally:
+        await server.stop()
+
+
+def helm_test_script(port: int) -> tuple[str, str]:
+    """The `helm test` pod's script, rendered for `port`, and the host it resolves."""
+    (pod,) = [doc for doc in helm_render(sets=(f"dispatcher.metricsPort={port}",))
+              if doc["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    (script,) = container["args"]
+    (service,) = [doc["metadata"]["name"] for doc in helm_render()
+                  if doc["kind"] == "Service" and doc["metadata"]["name"].endswith("-metrics")]
+    return script, f"{service}.default.svc"
+
+
+async def test_the_helm_test_passes_on_a_ready_pod_and_fails_on_one_that_is_not() -> None:
+    """`helm test`'s script, run here against the pod's own metrics server on loopback (in the
+    cluster it resolves the metrics Service to the ready pods): 0 once the probes answer 200,
+    1 while readiness answers 503."""
+    ready = False
+    server = MetricsServer(DispatcherMetrics(), lambda: ready, "127.0.0.1", 0)
+    await server.start()
+    try:
+        script, host = helm_test_script(server.bound_port)
+        assert host in script
+        script = script.replace(host, "127.0.0.1")
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                  text=True, timeout=60, check=False)
+
+        not_ready = await asyncio.to_thread(run)
+        assert not_ready.returncode == 1, not_ready.stdout + not_ready.stderr
+        assert "/readyz: HTTPError" in not_ready.stdout
+        ready = True
+        passed = await asyncio.to_thread(run)
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        assert "127.0.0.1/healthz: 200" in passed.stdout
     finally:
         await server.stop()

@@ -155,7 +155,7 @@ def test_the_ci_values_render_every_kind_the_chart_has() -> None:
     assert kinds == {"Deployment", "CronJob", "Service", "Secret", "ConfigMap",
                      "PodDisruptionBudget", "ServiceMonitor", "ScaledObject",
                      "TriggerAuthentication", "PersistentVolumeClaim", "ServiceAccount", "Role",
-                     "RoleBinding"}
+                     "RoleBinding", "Job", "Pod"}
     assert "PersistentVolumeClaim" in {doc["kind"] for doc in rendered(default_values())}
 
 
@@ -817,6 +817,86 @@ def test_the_console_binds_beyond_loopback_behind_its_service() -> None:
     assert credentials["valueFrom"]["secretKeyRef"]["key"] == "credentials"
     service = only("Service", full_values(), component="console")
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+
+
+# --- upgrades: the registry's schema first; helm test --------------------------------------------
+
+
+def hook_objects(values: Path, kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in objects(kind, values)
+            if "helm.sh/hook" in doc["metadata"].get("annotations", {})]
+
+
+@pytest.mark.parametrize("values", [default_values(), secured_values()], ids=lambda p: p.name)
+def test_the_registry_is_migrated_before_the_release_starts_or_changes(values: Path) -> None:
+    (job,) = hook_objects(values, "Job")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["args"] == ["registry", "migrate"]
+    registry: Any = command("registry")
+    assert registry.get_command(None, "migrate") is not None, "waitline registry migrate"
+    dsn = next(v for v in container["env"] if v["name"] == DSN_ENV)["valueFrom"]["secretKeyRef"]
+    reconcile = only("Deployment", values, component="reconcile")["spec"]["template"]["spec"]
+    job_dsn = next(v for v in reconcile["containers"][0]["env"] if v["name"] == DSN_ENV)[
+        "valueFrom"]["secretKeyRef"]
+    secrets = {doc["metadata"]["name"]: doc for doc in objects("Secret", values)}
+    if dsn == job_dsn:  # a Secret of the user's: there before any install
+        assert dsn["name"] not in secrets
+    else:  # the chart's own: a copy of it made before the migration, as a hook too
+        hook_secret = secrets[dsn["name"]]
+        assert hook_secret["metadata"]["annotations"]["helm.sh/hook"] == annotations[
+            "helm.sh/hook"]
+        assert int(hook_secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+            annotations["helm.sh/hook-weight"])
+        assert "hook-succeeded" in hook_secret["metadata"]["annotations"][
+            "helm.sh/hook-delete-policy"]
+        assert hook_secret["stringData"][dsn["key"]] == secrets[job_dsn["name"]]["stringData"][
+            job_dsn["key"]]
+    assert spec["serviceAccountName"] in {a["metadata"]["name"]
+                                          for a in hook_objects(values, "ServiceAccount")}
+
+
+def test_helm_test_checks_the_probes_of_the_pods_the_metrics_service_selects() -> None:
+    (pod,) = objects("Pod", default_values())
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (script,) = pod["spec"]["containers"][0]["args"]
+    container = dispatcher_container(default_values())
+    service = only("Service", default_values(), component="dispatcher")
+    port = container["ports"][0]["containerPort"]
+    assert f'"{service["metadata"]["name"]}.default.svc", {port}' in script
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert f'"{container[probe]["httpGet"]["path"]}"' in script
+
+
+def rendered_notes(values: Path, tmp_path: Path) -> str:
+    """NOTES.txt as `helm install` prints it (rendered here through a copy of the chart, since
+    `helm template` leaves the notes out)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "notes-as-config-map.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+    result = subprocess.run([helm(), "template", "wl", str(chart), "-f", str(values),
+                             "--show-only", "templates/notes-as-config-map.yaml"],
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return str(yaml.safe_load(result.stdout)["data"]["notes"])
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_the_notes_say_how_to_watch_every_workload_roll_out(values: Path,
+                                                           tmp_path: Path) -> None:
+    notes = rendered_notes(values, tmp_path)
+    for deployment in objects("Deployment", values):
+        assert f"rollout status deployment/{deployment['metadata']['name']}" in notes
+    for cron in objects("CronJob", values):
+        assert f"cronjob/{cron['metadata']['name']}" in notes
+    assert "helm test wl" in notes
+    drain = settings_from(literal_env(dispatcher_container(values))).drain_grace
+    assert f"drains for\n{drain:g} s" in notes
 
 
 # --- the rest of the contract ----------------------------------------------------------------
