@@ -155,7 +155,7 @@ def test_the_ci_values_render_every_kind_the_chart_has() -> None:
     assert kinds == {"Deployment", "CronJob", "Service", "Secret", "ConfigMap",
                      "PodDisruptionBudget", "ServiceMonitor", "ScaledObject",
                      "TriggerAuthentication", "PersistentVolumeClaim", "ServiceAccount", "Role",
-                     "RoleBinding", "Job", "Pod"}
+                     "RoleBinding", "Job", "Pod", "NetworkPolicy"}
     assert "PersistentVolumeClaim" in {doc["kind"] for doc in rendered(default_values())}
 
 
@@ -897,6 +897,105 @@ def test_the_notes_say_how_to_watch_every_workload_roll_out(values: Path,
     assert "helm test wl" in notes
     drain = settings_from(literal_env(dispatcher_container(values))).drain_grace
     assert f"drains for\n{drain:g} s" in notes
+
+
+# --- identities, network, placement ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_every_workload_runs_as_a_service_account_of_its_own(values: Path) -> None:
+    accounts = {doc["metadata"]["name"]: doc for doc in objects("ServiceAccount", values)
+                if "helm.sh/hook" not in doc["metadata"].get("annotations", {})}
+    used: dict[str, str] = {}
+    for component, spec in pod_specs(values):
+        assert spec["serviceAccountName"] in accounts, component
+        used[spec["serviceAccountName"]] = component
+        # Only Spark's driver on Kubernetes calls the API server.
+        token = spec["automountServiceAccountToken"]
+        args = spec["containers"][0]["args"]
+        on_kubernetes = component == "reconcile" and any(str(a).startswith("k8s://")
+                                                          for a in args)
+        assert token is on_kubernetes, component
+    assert len(used) == len(set(used.values())), "one ServiceAccount per workload"
+    for account in accounts.values():
+        assert account["automountServiceAccountToken"] is False
+
+
+def policies(values: Path) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc["spec"]
+            for doc in objects("NetworkPolicy", values)}
+
+
+def egress_ports(policy: dict[str, Any]) -> set[int]:
+    return {port["port"] for rule in policy["egress"] for port in rule["ports"]}
+
+
+def test_network_policies_let_each_workload_reach_only_what_it_uses() -> None:
+    """Opt-in: the pod reaches Kafka and the counterparty, the job and the console Kafka and
+    PostgreSQL (the job's driver also the API server and its executors), and DNS; nothing
+    else, and each policy selects its workload's pods."""
+    given = yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]
+    ports = {name: set(rule["ports"]) for name, rule in given.items() if name != "enabled"}
+    found = policies(secured_values())
+    assert found.keys() == {"dispatcher", "reconcile", "reconcile-executor", "console"}
+    assert egress_ports(found["dispatcher"]) == ports["dns"] | ports["kafka"] | ports[
+        "counterparty"]
+    assert egress_ports(found["console"]) == ports["dns"] | ports["kafka"] | ports["postgres"]
+    assert egress_ports(found["reconcile"]) == (ports["dns"] | ports["kafka"] | ports["postgres"]
+                                                | ports["kubernetesApi"] | {7079})
+    assert egress_ports(found["reconcile-executor"]) == (
+        ports["dns"] | ports["kafka"] | ports["postgres"] | {7078, 7079})
+    for component, template in pod_templates(secured_values()).items():
+        selector = found[component]["podSelector"]["matchLabels"]
+        assert selector.items() <= template["metadata"]["labels"].items(), component
+        assert set(found[component]["policyTypes"]) == {"Ingress", "Egress"}
+    (config_map,) = [c for c in objects("ConfigMap", secured_values())
+                     if c["metadata"]["name"].endswith("spark-conf")]
+    executor = yaml.safe_load(config_map["data"]["executor-pod.yaml"])
+    assert found["reconcile-executor"]["podSelector"]["matchLabels"].items() <= executor[
+        "metadata"]["labels"].items()
+    assert not objects("NetworkPolicy", default_values()), "opt-in"
+
+
+def test_a_broker_port_the_network_policy_leaves_out_is_refused() -> None:
+    result = helm_template("-f", str(secured_values()), "--set", "networkPolicy.kafka.ports={9092}")
+    assert result.returncode != 0
+    assert "leaves out port 9093 of kafka.bootstrapServers" in result.stderr
+
+
+def test_the_dispatcher_spreads_over_zones_and_nodes() -> None:
+    deployment = only("Deployment", default_values(), component="dispatcher")
+    template = deployment["spec"]["template"]
+    constraints = template["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in constraints} == {"topology.kubernetes.io/zone",
+                                                       "kubernetes.io/hostname"}
+    for constraint in constraints:
+        assert constraint["labelSelector"]["matchLabels"].items() <= template["metadata"][
+            "labels"].items()
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+# --- the chart's README ------------------------------------------------------------------------
+
+
+def test_the_readmes_secured_kafka_example_is_the_one_the_tests_render() -> None:
+    readme = (CHART / "README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(kafka:.*?)```", readme, re.DOTALL)
+    assert yaml.safe_load(block)["kafka"] == yaml.safe_load(secured_values().read_text())["kafka"]
+
+
+def test_every_value_the_readme_names_is_a_value_of_the_chart() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    named = set(re.findall(r"`((?:kafka|registry|dispatcher|autoscaling|reconcile|console|"
+                           r"tracing|networkPolicy|image|reconcileImage)(?:\.[A-Za-z-]+)+)",
+                           readme))
+    assert len(named) > 10
+    for path in named:
+        node: Any = values
+        for key in path.split("."):
+            assert isinstance(node, dict) and key in node, f"README names {path}"
+            node = node[key]
 
 
 # --- the rest of the contract ----------------------------------------------------------------

@@ -413,3 +413,30 @@ unauthenticated.
       key: {{ .Values.console.credentialsKey }}
 {{- include "waitline.tracingEnv" . }}
 {{- end -}}
+
+{{/* The ServiceAccount a workload's pods run as: include "waitline.serviceAccount" (list . "dispatcher" VALUES) */}}
+{{- define "waitline.serviceAccount" -}}
+{{- $sa := (index . 2).serviceAccount -}}
+{{- if $sa.create -}}
+{{- $sa.name | default (include "waitline.name" (list (index . 0) (index . 1) 63)) -}}
+{{- else -}}
+{{- $sa.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* One egress rule from networkPolicy values: include "waitline.egress" (list {ports, to} [UDP too]) */}}
+{{- define "waitline.egress" -}}
+{{- $rule := index . 0 -}}
+{{- $udp := gt (len .) 1 -}}
+- {{- with $rule.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    {{- range $rule.ports }}
+    - {port: {{ . }}, protocol: TCP}
+    {{- if $udp }}
+    - {port: {{ . }}, protocol: UDP}
+    {{- end }}
+    {{- end }}
+{{- end -}}

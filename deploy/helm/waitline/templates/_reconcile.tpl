@@ -81,9 +81,9 @@ mounted, with master k8s. */}}
 {{- $r := $root.Values.reconcile -}}
 {{- $env := include "waitline.reconcileEnv" $root -}}
 {{- $k8s := include "waitline.sparkOnKubernetes" $root -}}
+serviceAccountName: {{ include "waitline.serviceAccount" (list $root "reconcile" $r) }}
 {{- if $k8s }}
 # The driver asks the API server for its executor pods, as this ServiceAccount.
-serviceAccountName: {{ include "waitline.name" (list $root "reconcile" 63) }}
 automountServiceAccountToken: true
 {{- else }}
 automountServiceAccountToken: false
