@@ -32,7 +32,7 @@ fi
 
 if ! command -v uv >/dev/null; then
   step "installing uv"
-  python3 -m pip install --quiet --disable-pip-version-check 'uv>=0.13,<0.14'
+  python3 -m pip install --quiet --disable-pip-version-check 'uv==0.13.9'
 fi
 step "Python environment (.venv, from uv.lock)"
 uv sync --frozen --all-extras --quiet
