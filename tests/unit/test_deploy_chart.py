@@ -760,6 +760,18 @@ def test_a_variable_the_chart_sets_is_refused_in_extra_env() -> None:
     assert "dispatcher.extraEnv: WAITLINE_BOOTSTRAP_SERVERS is set by the chart" in result.stderr
 
 
+def test_the_console_traces_with_the_pods_settings() -> None:
+    """The console's redrives make spans (a PRODUCER span per replayed record): it gets the
+    same OTEL_* variables as the pod."""
+    otel = {name: value for name, value in literal_env(dispatcher_container(full_values())).items()
+            if name.startswith("OTEL_")}
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in otel
+    console = only("Deployment", full_values(), component="console")["spec"]["template"]["spec"]
+    console_env = literal_env(console["containers"][0])
+    assert {name: console_env.get(name) for name in otel} == otel
+    assert exporters_asked(console_env) == ["otlp"]
+
+
 # --- commands and the image ----------------------------------------------------------------
 
 
