@@ -33,6 +33,7 @@ import pytest
 import typer.main
 import yaml
 
+from dispatcher import tracing
 from dispatcher.cli import SUBCOMMANDS, app
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
 from dispatcher.console.settings import ConsoleSettings
@@ -770,6 +771,15 @@ def test_the_console_traces_with_the_pods_settings() -> None:
     console_env = literal_env(console["containers"][0])
     assert {name: console_env.get(name) for name in otel} == otel
     assert exporters_asked(console_env) == ["otlp"]
+
+
+def test_the_pods_exit_flush_of_spans_fits_in_its_shutdown_margin() -> None:
+    """After the final commit the pod has shutdownMarginSeconds to exit; the spans it still
+    holds get tracing.EXIT_FLUSH_S of it, however slow the collector."""
+    given = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert given["dispatcher"]["shutdownMarginSeconds"] > tracing.EXIT_FLUSH_S
+    assert given["tracing"]["sampler"].endswith("traceidratio"), "a ratio by default"
+    assert 0 < float(given["tracing"]["samplerArg"]) < 1
 
 
 # --- commands and the image ----------------------------------------------------------------
