@@ -2,7 +2,8 @@
 
 Rendered with `helm template` (built by `make setup`) for each values file under the chart's
 `ci/` folder: every object validates against the Kubernetes schemas (`kubernetes-validate`,
-strict: no unknown field); the probes point at the port the pod is told to bind (their paths
+strict: no unknown field), and every custom resource against its CRD's (vendored in
+`crd_schemas/`); the probes point at the port the pod is told to bind (their paths
 answer on the pod's own server: tests/integration/test_deploy_pod.py); the grace period
 outlasts the drain grace and the Kafka clients' close bound (both read from the code); every
 variable the chart sets is one the program in that container reads (derived from the settings
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import chart_schema
+import jsonschema
+import jsonschema.protocols
 import kubernetes_validate
 import opentelemetry.environment_variables
 import opentelemetry.sdk.environment_variables
@@ -53,7 +56,9 @@ CHART = ROOT / "deploy" / "helm" / "waitline"
 VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 # The oldest and the newest Kubernetes the chart is checked against.
 KUBERNETES_VERSIONS = ("1.29.0", "1.34.0")
-# Custom resources: no schema ships with Kubernetes; their fields are checked one by one below.
+# Custom resources: no schema ships with Kubernetes; their CRDs' schemas are vendored
+# (tests/unit/crd_schemas/README.md says from where and which release).
+CRD_SCHEMAS = Path(__file__).resolve().parent / "crd_schemas"
 CUSTOM_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "ScaledObject": "keda.sh/v1alpha1",
                 "TriggerAuthentication": "keda.sh/v1alpha1"}
 SECRET_PLACEHOLDER = "from-a-secret"
@@ -146,9 +151,57 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(values: 
     assert docs
     for doc in docs:
         if doc["kind"] in CUSTOM_KINDS:
-            assert doc["apiVersion"] == CUSTOM_KINDS[doc["kind"]], doc["kind"]
             continue
         kubernetes_validate.validate(doc, version, strict=True)
+
+
+def closed(schema: Any) -> Any:
+    """A CRD schema as strict as kubernetes-validate's strict mode: an object with properties
+    takes no other field, unless the CRD keeps unknown fields there (the API server would
+    prune or refuse them)."""
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: closed(value) for key, value in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def crd_validator(kind: str) -> jsonschema.protocols.Validator:
+    (path,) = CRD_SCHEMAS.glob(f"*_{kind}.json")
+    vendored = json.loads(path.read_text())
+    assert vendored["apiVersion"] == CUSTOM_KINDS[kind]
+    schema = closed(vendored["openAPIV3Schema"])
+    validator: jsonschema.protocols.Validator = jsonschema.Draft7Validator(schema)
+    return validator
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=lambda p: p.name)
+def test_every_custom_resource_validates_against_its_crds_schema(values: Path) -> None:
+    """KEDA's ScaledObject and TriggerAuthentication and the Prometheus operator's
+    ServiceMonitor, against the OpenAPI schemas of their CRDs (vendored, closed as strictly as
+    the built-in kinds are checked)."""
+    checked = 0
+    for doc in rendered(values):
+        if doc["kind"] not in CUSTOM_KINDS:
+            continue
+        assert doc["apiVersion"] == CUSTOM_KINDS[doc["kind"]], doc["kind"]
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                  for e in crd_validator(doc["kind"]).iter_errors(doc)]
+        assert not errors, f"{doc['kind']} {doc['metadata']['name']}: {errors}"
+        checked += 1
+    if values == full_values():
+        assert checked == 3  # the ServiceMonitor, the ScaledObject and its TriggerAuthentication
+
+
+def test_the_crd_check_refuses_a_field_the_crd_does_not_have() -> None:
+    scaled = dict(only("ScaledObject", full_values()))
+    scaled["spec"] = {**scaled["spec"], "cooldownSeconds": 300}
+    assert list(crd_validator("ScaledObject").iter_errors(scaled))
 
 
 def test_the_ci_values_render_every_kind_the_chart_has() -> None:
