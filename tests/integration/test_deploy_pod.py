@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from chart_helpers import helm_render
+from chart_render import helm_render
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,

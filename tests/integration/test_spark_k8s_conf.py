@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chart_helpers import helm_render
+from chart_render import helm_render
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -35,6 +35,7 @@ import opentelemetry.sdk.environment_variables
 import pytest
 import typer.main
 import yaml
+from chart_render import helm_binary
 
 from dispatcher import tracing
 from dispatcher.cli import SUBCOMMANDS, app
@@ -65,14 +66,7 @@ SECRET_PLACEHOLDER = "from-a-secret"
 
 
 def helm() -> str:
-    """The helm `make setup` built (in Go's bin folder), else one on PATH."""
-    gobin, gopath = subprocess.run(
-        ["go", "env", "GOBIN", "GOPATH"], capture_output=True, text=True, check=False,
-    ).stdout.split("\n")[:2] if shutil.which("go") else ("", "")
-    built = Path(gobin or Path(gopath) / "bin") / "helm"
-    found = str(built) if built.is_file() else shutil.which("helm")
-    assert found, "helm is missing: run `make setup` (it builds helm from the Go module proxy)"
-    return found
+    return helm_binary()
 
 
 def helm_template(*args: str, release: str = "wl") -> subprocess.CompletedProcess[str]:

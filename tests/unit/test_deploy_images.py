@@ -147,10 +147,13 @@ def test_every_base_image_is_pinned_by_digest(dockerfile: Path) -> None:
 def uv_pins() -> dict[str, str]:
     """The uv version each file installs."""
     pins = {}
-    for path in [*DOCKERFILES, ROOT / "compose" / "local" / "setup.sh"]:
+    for path in DOCKERFILES:
         found = set(re.findall(r"'uv==([0-9][0-9.]*)'", path.read_text()))
         assert len(found) == 1, f"{path.name}: install uv by one exact version ('uv==X.Y.Z')"
         pins[path.name] = found.pop()
+    setup = (ROOT / "compose" / "local" / "setup.sh").read_text()
+    (pins["setup.sh"],) = re.findall(r"^UV_VERSION=([0-9][0-9.]*)$", setup, re.MULTILINE)
+    assert '"uv==$UV_VERSION"' in setup
     return pins
 
 

@@ -1,21 +1,27 @@
-"""The chart (deploy/helm/waitline) as `helm template` renders it, for the tests that run what
-it renders (the unit tests of the chart itself: tests/unit/test_deploy_chart.py)."""
+"""The chart (deploy/helm/waitline) as `helm template` renders it, and the helm that renders
+it: for the chart's own tests (tests/unit/test_deploy_chart.py) and the tests that run what it
+renders (tests/integration)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "waitline"
+CHART = Path(__file__).resolve().parents[1] / "deploy" / "helm" / "waitline"
 DEFAULT_VALUES = CHART / "ci" / "default-values.yaml"
 
 
 def helm_binary() -> str:
-    """The helm `make setup` built (in Go's bin folder), else one on PATH."""
+    """The helm `make setup` built and linked into the virtualenv, else the one in Go's bin
+    folder, else one on PATH."""
+    linked = Path(sys.prefix) / "bin" / "helm"
+    if linked.is_file():
+        return str(linked)
     found = None
     if shutil.which("go"):
         gobin, gopath = subprocess.run(["go", "env", "GOBIN", "GOPATH"], capture_output=True,
@@ -23,7 +29,7 @@ def helm_binary() -> str:
         built = Path(gobin or Path(gopath) / "bin") / "helm"
         found = str(built) if built.is_file() else None
     found = found or shutil.which("helm")
-    assert found, "helm is missing: run `make setup`"
+    assert found, "helm is missing: run `make setup` (it builds helm from the Go module proxy)"
     return found
 
 
