@@ -4,7 +4,6 @@ progress bar while a scan runs."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from types import TracebackType
 from typing import Any
@@ -33,6 +32,7 @@ from dispatcher.dlq.records import (
 )
 from dispatcher.dlq.replay import ReplayOutcome
 from dispatcher.dlq.rows import DlqRow
+from dispatcher.output import echo_json_lines
 from dispatcher.previews import preview_bytes
 
 app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,
@@ -75,8 +75,8 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
                         declined: bool) -> None:
     """What a replay planned and did; `outcome` is None when nothing was executed."""
     replayed = outcome.replayed if outcome else Counter[str]()
-    if as_json:
-        typer.echo(json.dumps({
+    if as_json:  # one report, one line
+        echo_json_lines([{
             "dlq_topic": topic,
             "filter": dlq_filter.describe(),
             "dry_run": dry_run,
@@ -94,7 +94,7 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
             "over_limit": plan.over_limit,
             "vanished": outcome.vanished if outcome else 0,
             "preview": [row.to_json() for row in plan.preview],
-        }, indent=2))
+        }])
         return
     if declined:
         console.print("not replayed")
