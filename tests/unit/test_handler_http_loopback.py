@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from dispatcher import tracing
 from dispatcher.call.attempts import HandlerCounterparty
@@ -76,19 +77,11 @@ class Recorder:
         return web.Response(status=status, body=body, headers=headers)
 
 
-@asynccontextmanager
-async def serve(recorder: Recorder, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+def serve(recorder: Recorder,
+          tls: ssl.SSLContext | None = None) -> AbstractAsyncContextManager[str]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", recorder.answer)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    await web.SockSite(runner, sock, ssl_context=tls).start()
-    try:
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
+    return serve_app(app, tls=tls)
 
 
 async def call(client: Client, config: HttpHandlerConfig,

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
 from dispatcher import tracing
 
@@ -55,19 +54,10 @@ class Collector:
         return web.Response(status=200, content_type="application/x-protobuf")
 
 
-@asynccontextmanager
-async def collector(state: Collector) -> AsyncIterator[str]:
+def collector(state: Collector) -> AbstractAsyncContextManager[str]:
     app = web.Application()
     app.router.add_post("/v1/traces", state.traces)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    await web.SockSite(runner, sock).start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
+    return serve_app(app)
 
 
 def start(endpoint: str, idle_s: float, **env: str) -> subprocess.Popen[str]:
