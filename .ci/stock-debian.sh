@@ -9,9 +9,12 @@
 #   .ci/stock-debian.sh [ROOT]          # as root; ROOT defaults to /var/tmp/waitline-bookworm
 #
 # Needs root, debootstrap (apt-get install debootstrap) and access to deb.debian.org, PyPI,
-# Maven Central and the Go module proxy. The root is kept (a second run reuses it, but not the
-# copy of the repository, whose .venv and .cache start empty each time); remove it with
-# `rm -rf ROOT` once no run is using it.
+# Maven Central and the Go module proxy. The stock root is made once and kept as ROOT.base.tar;
+# every run starts from a fresh copy of it, so each run is a first set-up. A network that
+# intercepts TLS with a CA of its own (as on the machines this project was built on) needs that
+# CA trusted, as an administrator would install it on any machine there: the host's extra CAs
+# (/usr/local/share/ca-certificates) are copied into the root. Remove ROOT and ROOT.base.tar
+# once no run is using them.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 root="${1:-/var/tmp/waitline-bookworm}"
@@ -25,10 +28,20 @@ command -v debootstrap >/dev/null || fail "debootstrap not found: apt-get instal
 # debootstrap's default set (Debian's required and important packages), plus what a Debian 12
 # installed with its "standard system utilities" has and README names as prerequisites:
 # python3 (standard) and make (to run `make setup`). Nothing else: the rest is setup.sh's job.
-if [ ! -f "$root/etc/debian_version" ]; then
-  echo "==> debootstrap bookworm into $root"
+# Never remove a root with something still mounted in it (the repository, /dev).
+! grep -q " $root/" /proc/mounts || fail "something is still mounted under $root: unmount it first"
+if [ ! -f "$root.base.tar" ]; then
+  echo "==> debootstrap bookworm (once: kept as $root.base.tar)"
+  rm -rf "$root"
   debootstrap --include=python3,make bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1 \
     || fail "debootstrap failed: see $root.debootstrap.log"
+  tar -C "$root" -cf "$root.base.tar" .
+fi
+echo "==> a fresh stock root in $root"
+rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xf "$root.base.tar"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
 
 mounted=()
