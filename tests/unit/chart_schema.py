@@ -1,6 +1,7 @@
 """The parts of the chart's values schema that follow the code: `dispatcher.settings` (one
-property per `waitline dispatch` setting) and `dispatcher.http` (one per field of the built-in
-HTTP handler's configuration), each typed from the settings class.
+property per `waitline dispatch` setting), `dispatcher.http` (one per field of the built-in
+HTTP handler's configuration) and `console.settings` (one per console setting the chart does not
+set itself), each typed from the settings class.
 
 tests/unit/test_deploy_chart.py holds deploy/helm/waitline/values.schema.json to what this
 module derives; after a settings change, rewrite those two parts with
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
+from dispatcher.console.settings import ConsoleSettings
 from dispatcher.handlers.http_config import HttpHandlerConfig
 from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.pod.settings import DispatchSettings
@@ -117,20 +119,48 @@ def http_properties() -> dict[str, Any]:
     return properties
 
 
+# The console's settings the chart sets from values of its own (bind, TLS, proxies, names, users).
+CONSOLE_CHART_OWNED = ("host", "port", "tls_cert", "tls_key", "tls_key_password",
+                       "tls_key_password_file", "trusted_proxies", "allowed_hosts",
+                       "insecure_http", "credentials")
+
+
+def console_properties() -> dict[str, Any]:
+    """`console.settings`: the console's settings but those the chart sets itself."""
+    durations = _durations(ConsoleSettings)
+    properties: dict[str, Any] = {}
+    for name, field in sorted(ConsoleSettings.model_fields.items()):
+        if name in CONSOLE_CHART_OWNED:
+            continue
+        dashed = name.replace("_", "-")
+        if typing.get_origin(field.annotation) is tuple:
+            properties[dashed] = {"description": f"WAITLINE_CONSOLE_{name.upper()} "
+                                                 "(comma-separated)",
+                                  "type": ["string", "array"], "items": {"type": "string"}}
+            continue
+        properties[dashed] = _property(name, field, durations)
+        properties[dashed]["description"] = f"WAITLINE_CONSOLE_{name.upper()}"
+    return properties
+
+
+# (section of the values, part) -> its properties, derived from the code
+PARTS = {("dispatcher", "settings"): settings_properties, ("dispatcher", "http"): http_properties,
+         ("console", "settings"): console_properties}
+
+
 def derived_parts() -> dict[str, Any]:
-    return {"settings": settings_properties(), "http": http_properties()}
+    return {f"{section}.{part}": build() for (section, part), build in PARTS.items()}
 
 
 def committed_parts(schema: dict[str, Any]) -> dict[str, Any]:
-    dispatcher = schema["properties"]["dispatcher"]["properties"]
-    return {part: dispatcher[part]["properties"] for part in ("settings", "http")}
+    return {f"{section}.{part}": schema["properties"][section]["properties"][part]["properties"]
+            for section, part in PARTS}
 
 
 def main() -> None:
     schema = json.loads(SCHEMA.read_text())
-    dispatcher = schema["properties"]["dispatcher"]["properties"]
-    for part, properties in derived_parts().items():
-        dispatcher[part]["properties"] = properties
+    for (section, part), build in PARTS.items():
+        schema["properties"][section]["properties"][part]["properties"] = build()
     SCHEMA.write_text(json.dumps(schema, indent=2) + "\n")
 
 

@@ -39,8 +39,9 @@ from chart_render import helm_binary
 
 from dispatcher import tracing
 from dispatcher.cli import SUBCOMMANDS, app
+from dispatcher.console.exposure import Exposure, check_bind
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
-from dispatcher.console.settings import ConsoleSettings
+from dispatcher.console.settings import ConsoleSettings, load_console_settings
 from dispatcher.endpoints import BOOTSTRAP_ENV, DSN_ENV
 from dispatcher.handlers.http_config import ENV_PREFIX as HTTP_ENV_PREFIX
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
@@ -211,9 +212,9 @@ def test_the_ci_values_render_every_kind_the_chart_has() -> None:
 
 
 def test_the_schema_types_every_setting_as_the_code_does() -> None:
-    """dispatcher.settings and dispatcher.http in values.schema.json are derived from the
-    settings classes (tests/unit/chart_schema.py): a setting the code gains, loses or retypes
-    changes the schema too."""
+    """dispatcher.settings, dispatcher.http and console.settings in values.schema.json are
+    derived from the settings classes (tests/unit/chart_schema.py): a setting the code gains,
+    loses or retypes changes the schema too."""
     committed = chart_schema.committed_parts(json.loads(chart_schema.SCHEMA.read_text()))
     assert committed == chart_schema.derived_parts(), (
         "values.schema.json no longer matches the settings: run "
@@ -685,26 +686,31 @@ def mounted_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, 
     return files
 
 
-def container_kafka_settings(spec: dict[str, Any], container: dict[str, Any],
-                             root: Path) -> KafkaClientSettings:
-    """KafkaClientSettings as the program in `container` would read them: each Secret's value
-    a placeholder naming it ("secret:NAME/KEY"), each mounted file under `root`, holding the
-    name of the Secret and key it came from."""
+def local_env(spec: dict[str, Any], container: dict[str, Any], root: Path) -> dict[str, str]:
+    """The container's variables as its program would read them, here: each Secret's value a
+    placeholder naming it ("secret:NAME/KEY"), each file of a mounted Secret a file under
+    `root` holding the name of the Secret and key it came from."""
     files = mounted_files(spec, container)
     env: dict[str, str] = {}
-    for name, var in kafka_env(container).items():
+    for var in container["env"]:
         ref = var.get("valueFrom", {}).get("secretKeyRef")
         if ref is not None:
-            env[name] = f"secret:{ref['name']}/{ref['key']}"
-            continue
-        value = var["value"]
-        if value in files:
-            local = root / value.lstrip("/")
+            env[var["name"]] = f"secret:{ref['name']}/{ref['key']}"
+        elif var.get("value") in files:
+            local = root / var["value"].lstrip("/")
             local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text("/".join(files[value]))
-            value = str(local)
-        env[name] = value
-    with environment(env):
+            local.write_text("/".join(files[var["value"]]))
+            env[var["name"]] = str(local)
+        elif "value" in var:
+            env[var["name"]] = var["value"]
+    return env
+
+
+def container_kafka_settings(spec: dict[str, Any], container: dict[str, Any],
+                             root: Path) -> KafkaClientSettings:
+    """KafkaClientSettings as the program in `container` would read them (`local_env`)."""
+    with environment({name: value for name, value in local_env(spec, container, root).items()
+                      if name in kafka_env(container)}):
         return KafkaClientSettings()
 
 
@@ -827,6 +833,49 @@ def test_the_pods_exit_flush_of_spans_fits_in_its_shutdown_margin() -> None:
     assert given["dispatcher"]["shutdownMarginSeconds"] > tracing.EXIT_FLUSH_S
     assert given["tracing"]["sampler"].endswith("traceidratio"), "a ratio by default"
     assert 0 < float(given["tracing"]["samplerArg"]) < 1
+
+
+def console_values() -> list[Path]:
+    return [values for values in VALUES_FILES
+            if (yaml.safe_load(values.read_text()).get("console") or {}).get("enabled")]
+
+
+@pytest.mark.parametrize("values", console_values(), ids=lambda p: p.name)
+def test_the_console_starts_with_what_the_chart_gives_it(values: Path, tmp_path: Path) -> None:
+    """The console beyond loopback serves HTTPS itself or behind a trusted proxy, or refuses to
+    start (dispatcher/console/exposure.py): the settings the chart renders pass that check, and
+    a request through the console's Service, or to the names the values list, is answered."""
+    spec = only("Deployment", values, component="console")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = [str(a) for a in container["args"]]
+    env = local_env(spec, container, tmp_path)
+    # The users' Secret holds JSON (README, "Console"): one operator here.
+    assert env["WAITLINE_CONSOLE_CREDENTIALS"].startswith("secret:")
+    env["WAITLINE_CONSOLE_CREDENTIALS"] = json.dumps(
+        {"alice": {"role": "operator", "password": "correct-horse-battery-9"}})
+    with environment(env):
+        settings = load_console_settings(host=args[args.index("--host") + 1])
+    check_bind(settings.host, tls=settings.tls, proxied=bool(settings.trusted_proxies),
+               insecure_http=settings.insecure_http)
+    assert not settings.insecure_http
+    exposure = Exposure.of(settings.host, settings.trusted_proxies, settings.allowed_hosts)
+    service = only("Service", values, component="console")["metadata"]["name"]
+    given = yaml.safe_load(values.read_text())["console"]
+    for host in (service, f"{service}.default.svc", *given.get("allowedHosts", [])):
+        assert exposure.host_allowed(f"{host}:80"), host
+    assert not exposure.host_allowed("attacker.example.net")
+
+
+def test_a_console_with_neither_tls_nor_a_proxy_is_refused() -> None:
+    result = helm_template("-f", str(default_values()), "--set", "console.enabled=true",
+                           "--set", "console.existingSecret=users")
+    assert result.returncode != 0
+    assert "console.tls.existingSecret" in result.stderr
+    assert "console.insecureHttp" in result.stderr
+    insecure = helm_template("-f", str(default_values()), "--set", "console.enabled=true",
+                             "--set", "console.existingSecret=users",
+                             "--set", "console.insecureHttp=true")
+    assert insecure.returncode == 0, insecure.stderr
 
 
 # --- commands and the image ----------------------------------------------------------------

@@ -401,16 +401,50 @@ unauthenticated.
 {{- end }}
 {{- end -}}
 
+{{/* Where the console's TLS certificate and key are mounted. */}}
+{{- define "waitline.consoleTlsDir" -}}/etc/waitline/console-tls{{- end -}}
+
 {{/* Every variable of the console's container (its extraEnv aside). */}}
 {{- define "waitline.consoleEnv" -}}
+{{- $c := .Values.console -}}
+{{- $service := include "waitline.name" (list . "console" 63) -}}
+{{- $ns := .Release.Namespace -}}
 {{- include "waitline.kafkaEnv" . }}
 {{ include "waitline.pgEnv" . }}
 # Who may use it (viewers, operators): never in a flag, never in clear here.
 - name: WAITLINE_CONSOLE_CREDENTIALS
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.console.existingSecret }}
-      key: {{ .Values.console.credentialsKey }}
+      name: {{ $c.existingSecret }}
+      key: {{ $c.credentialsKey }}
+{{- with $c.tls.existingSecret }}
+- name: WAITLINE_CONSOLE_TLS_CERT
+  value: {{ printf "%s/%s" (include "waitline.consoleTlsDir" $) $c.tls.certKey | quote }}
+- name: WAITLINE_CONSOLE_TLS_KEY
+  value: {{ printf "%s/%s" (include "waitline.consoleTlsDir" $) $c.tls.keyKey | quote }}
+{{- with $c.tls.keyPasswordKey }}
+- name: WAITLINE_CONSOLE_TLS_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $c.tls.existingSecret }}
+      key: {{ . }}
+{{- end }}
+{{- end }}
+{{- with $c.trustedProxies }}
+- name: WAITLINE_CONSOLE_TRUSTED_PROXIES
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- if $c.insecureHttp }}
+- name: WAITLINE_CONSOLE_INSECURE_HTTP
+  value: "true"
+{{- end }}
+# The names a request's Host may carry: the Service's, and the ones browsers use.
+- name: WAITLINE_CONSOLE_ALLOWED_HOSTS
+  value: {{ join "," (concat (list $service (printf "%s.%s" $service $ns) (printf "%s.%s.svc" $service $ns) (printf "%s.%s.svc.cluster.local" $service $ns)) $c.allowedHosts) | quote }}
+{{- range $name, $value := $c.settings }}
+- name: {{ printf "WAITLINE_CONSOLE_%s" ($name | upper | replace "-" "_") }}
+  value: {{ if kindIs "map" $value }}{{ toJson $value | quote }}{{ else if kindIs "slice" $value }}{{ join "," $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
+{{- end }}
 {{- include "waitline.tracingEnv" . }}
 {{- end -}}
 
