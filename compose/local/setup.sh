@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 CACHE="${WAITLINE_CACHE_DIR:-$PWD/.cache}"
 export UV_PYTHON_DOWNLOADS=never
+# uv trusts the system's CAs (/etc/ssl/certs), as pip, Maven and Go do here, rather than its own
+# bundled list: a network whose proxy re-signs TLS with a CA installed on the machine works.
+export UV_SYSTEM_CERTS=1
 UV_VERSION=0.13.9
 # helm renders deploy/helm/waitline for the chart's tests; its module needs Go 1.26. Debian 12's
 # Go is 1.19, so a toolchain that old (or none) is replaced by this one, from the Go module
