@@ -159,10 +159,12 @@ or password, a client certificate without its key.
 {{- fail (printf "kafka.sasl.* is set but kafka.securityProtocol %s uses no SASL: set kafka.securityProtocol to SASL_SSL (or SASL_PLAINTEXT), or clear kafka.sasl" $k.securityProtocol) -}}
 {{- end -}}
 {{- if not (include "waitline.kafkaTls" .) -}}
-{{- if or $tls.ca.existingSecret $tls.client.existingSecret }}{{ fail (printf "kafka.tls.* is set but kafka.securityProtocol %s uses no TLS: set kafka.securityProtocol to SSL or SASL_SSL, or clear kafka.tls" $k.securityProtocol) }}{{ end -}}
+{{- if or $tls.ca.existingSecret $tls.client.existingSecret (not $tls.checkHostname) }}{{ fail (printf "kafka.tls.* is set but kafka.securityProtocol %s uses no TLS: set kafka.securityProtocol to SSL or SASL_SSL, or clear kafka.tls" $k.securityProtocol) }}{{ end -}}
 {{- end -}}
 {{- if $tls.client.existingSecret -}}
 {{- if not (and $tls.client.certKey $tls.client.keyKey) }}{{ fail "kafka.tls.client.certKey and kafka.tls.client.keyKey: a client certificate needs both (the keys of kafka.tls.client.existingSecret)" }}{{ end -}}
+{{- else if $tls.client.keyPasswordKey -}}
+{{- fail "kafka.tls.client.keyPasswordKey is set but there is no client key: set kafka.tls.client.existingSecret, or clear keyPasswordKey" -}}
 {{- end -}}
 {{- end -}}
 
@@ -200,6 +202,17 @@ secretKeyRef; the CA and the client certificate are files of the mounted Secrets
   value: {{ printf "%s/%s" (include "waitline.kafkaClientDir" $) $k.tls.client.certKey | quote }}
 - name: WAITLINE_SSL_KEYFILE
   value: {{ printf "%s/%s" (include "waitline.kafkaClientDir" $) $k.tls.client.keyKey | quote }}
+{{- with $k.tls.client.keyPasswordKey }}
+- name: WAITLINE_SSL_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $k.tls.client.existingSecret }}
+      key: {{ . }}
+{{- end }}
+{{- end }}
+{{- if not $k.tls.checkHostname }}
+- name: WAITLINE_SSL_CHECK_HOSTNAME
+  value: "false"
 {{- end }}
 {{- end }}
 {{- end -}}
