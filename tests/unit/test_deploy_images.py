@@ -209,3 +209,18 @@ def test_the_images_java_is_the_major_the_set_up_and_spark_run_on() -> None:
     assert majors == {"17"}
     assert "openjdk-17-jre-headless" in (ROOT / "compose" / "local" / "setup.sh").read_text()
     assert int(lock_version("pyspark").split(".")[0]) == 4
+
+
+def test_the_readme_names_every_package_and_version_the_set_up_needs() -> None:
+    """README's "Set-up" lists what `make setup` installs from Debian and the Go and helm
+    versions it fetches, so a newcomer knows what it will ask for."""
+    setup = (ROOT / "compose" / "local" / "setup.sh").read_text()
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Set-up"):readme.index("### What the test commands run")]
+    packages = set(re.findall(r"missing\+=\(([a-z0-9.-]+)\)", setup))
+    assert {"maven", "postgresql", "openjdk-17-jre-headless", "python3-venv"} <= packages
+    for package in packages:
+        assert f"`{package}`" in section, f"README's Set-up does not name {package}"
+    (go_minimum,) = re.findall(r"GO_MINIMUM=([0-9.]+)", setup)
+    (helm,) = re.findall(r"HELM_VERSION=v([0-9]+\.[0-9]+)\.[0-9]+", setup)
+    assert f"Go {go_minimum}" in section and f"helm v{helm}" in section
