@@ -725,10 +725,11 @@ def mounted_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, 
     return files
 
 
-def local_env(spec: dict[str, Any], container: dict[str, Any], root: Path) -> dict[str, str]:
+def local_env(spec: dict[str, Any], container: dict[str, Any], root: Path,
+              contents: dict[tuple[str, str], bytes] | None = None) -> dict[str, str]:
     """The container's variables as its program would read them, here: each Secret's value a
     placeholder naming it ("secret:NAME/KEY"), each file of a mounted Secret a file under
-    `root` holding the name of the Secret and key it came from."""
+    `root` holding `contents[(Secret, key)]`, else the name of the Secret and key."""
     files = mounted_files(spec, container)
     env: dict[str, str] = {}
     for var in container["env"]:
@@ -738,19 +739,45 @@ def local_env(spec: dict[str, Any], container: dict[str, Any], root: Path) -> di
         elif var.get("value") in files:
             local = root / var["value"].lstrip("/")
             local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text("/".join(files[var["value"]]))
+            source = files[var["value"]]
+            local.write_bytes((contents or {}).get(source, "/".join(source).encode()))
             env[var["name"]] = str(local)
         elif "value" in var:
             env[var["name"]] = var["value"]
     return env
 
 
-def container_kafka_settings(spec: dict[str, Any], container: dict[str, Any],
-                             root: Path) -> KafkaClientSettings:
+def container_kafka_settings(spec: dict[str, Any], container: dict[str, Any], root: Path,
+                             contents: dict[tuple[str, str], bytes]) -> KafkaClientSettings:
     """KafkaClientSettings as the program in `container` would read them (`local_env`)."""
-    with environment({name: value for name, value in local_env(spec, container, root).items()
+    env = local_env(spec, container, root, contents)
+    with environment({name: value for name, value in env.items()
                       if name in kafka_env(container)}):
         return KafkaClientSettings()
+
+
+def certificate_and_key() -> tuple[bytes, bytes]:
+    """A self-signed certificate (a CA too) and its key, PEM: files the Kafka settings can
+    read and check as a CA, a client certificate and its key."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "waitline-chart-test")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
 
 
 def test_the_secured_values_connect_every_container_with_tls_and_sasl(tmp_path: Path) -> None:
@@ -759,21 +786,26 @@ def test_the_secured_values_connect_every_container_with_tls_and_sasl(tmp_path: 
     of the Secrets they name."""
     kafka = yaml.safe_load(secured_values().read_text())["kafka"]
     sasl, tls = kafka["sasl"], kafka["tls"]
+    # Real PEM in each mounted file: the settings check what they read (the CA parses, the
+    # key is the certificate's), and each file is known by its content.
+    cert, key = certificate_and_key()
+    ca = (tls["ca"]["existingSecret"], tls["ca"]["key"])
+    client_cert = (tls["client"]["existingSecret"], tls["client"]["certKey"])
+    client_key = (tls["client"]["existingSecret"], tls["client"]["keyKey"])
+    contents = {ca: cert + b"\n# the CA\n", client_cert: cert, client_key: key}
     components = set()
     for component, spec, container in workload_containers(secured_values()):
-        settings = container_kafka_settings(spec, container, tmp_path / component)
+        settings = container_kafka_settings(spec, container, tmp_path / component, contents)
         assert settings.security_protocol == "SASL_SSL"
         assert (settings.sasl_mechanism, settings.sasl_username) == (sasl["mechanism"],
                                                                      sasl["username"])
         assert settings.sasl_password is not None
         assert settings.sasl_password.get_secret_value() == (
             f"secret:{sasl['existingSecret']}/{sasl['passwordKey']}")
-        read = {name: Path(str(getattr(settings, name))).read_text()
+        read = {name: Path(str(getattr(settings, name))).read_bytes()
                 for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")}
-        assert read == {
-            "ssl_cafile": f"{tls['ca']['existingSecret']}/{tls['ca']['key']}",
-            "ssl_certfile": f"{tls['client']['existingSecret']}/{tls['client']['certKey']}",
-            "ssl_keyfile": f"{tls['client']['existingSecret']}/{tls['client']['keyKey']}"}
+        assert read == {"ssl_cafile": contents[ca], "ssl_certfile": contents[client_cert],
+                        "ssl_keyfile": contents[client_key]}
         components.add(component)
     assert components == {"dispatcher", "reconcile", "console"}
 
