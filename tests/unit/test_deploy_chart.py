@@ -40,6 +40,8 @@ from chart_render import helm_binary
 from dispatcher import tracing
 from dispatcher.cli import SUBCOMMANDS, app
 from dispatcher.console.exposure import Exposure, check_bind
+from dispatcher.console.pod_status import dns_target
+from dispatcher.console.sampler import WatchSettings
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
 from dispatcher.console.settings import ConsoleSettings, load_console_settings
 from dispatcher.endpoints import BOOTSTRAP_ENV, DSN_ENV
@@ -481,7 +483,8 @@ def program_reads(component: str) -> set[str]:
             BOOTSTRAP_ENV, DSN_ENV}
     if component == "console":
         return (common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
-                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console")
+                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX)
+                | settings_env(WatchSettings, CONSOLE_ENV_PREFIX) | cli_env("console")
                 | otel_env())
     raise AssertionError(f"unknown component {component}")
 
@@ -1192,6 +1195,22 @@ def test_every_value_the_readme_names_is_a_value_of_the_chart() -> None:
             node = node[key]
 
 
+def test_the_console_finds_every_dispatcher_pod_through_the_headless_metrics_service() -> None:
+    """The pods view asks each pod's /status at every address of the pods' metrics Service,
+    which is headless and lists pods not ready too (a stalled pod is the one to see)."""
+    container = only("Deployment", full_values(), component="console")["spec"]["template"][
+        "spec"]["containers"][0]
+    dns = next(v["value"] for v in container["env"]
+               if v["name"] == "WAITLINE_CONSOLE_POD_STATUS_DNS")
+    service = only("Service", full_values(), component="dispatcher")
+    pod = dispatcher_container(full_values())
+    port = next(p["containerPort"] for p in pod["ports"] if p["name"] == "metrics")
+    assert dns == f"{service['metadata']['name']}.default.svc:{port}"
+    assert dns_target(dns) == (f"{service['metadata']['name']}.default.svc", port)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+
+
 # --- the rest of the contract ----------------------------------------------------------------
 
 
@@ -1310,7 +1329,8 @@ def test_spark_on_kubernetes_reaches_the_driver_through_its_headless_service() -
     (container,) = pod["spec"]["containers"]
     (config_map,) = [c for c in docs["ConfigMap"] if c["metadata"]["name"].endswith("spark-conf")]
     conf = spark_defaults(config_map)
-    (service,) = [s for s in docs["Service"] if s["spec"].get("publishNotReadyAddresses")]
+    (service,) = [s for s in docs["Service"] if s["spec"].get("publishNotReadyAddresses")
+                  and s["metadata"]["labels"]["app.kubernetes.io/component"] == "reconcile"]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert conf["spark.driver.host"] == f"{service['metadata']['name']}.{NAMESPACE}.svc"

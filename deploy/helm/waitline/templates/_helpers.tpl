@@ -454,6 +454,12 @@ unauthenticated.
 # The names a request's Host may carry: the Service's, and the ones browsers use.
 - name: WAITLINE_CONSOLE_ALLOWED_HOSTS
   value: {{ join "," (concat (list $service (printf "%s.%s" $service $ns) (printf "%s.%s.svc" $service $ns) (printf "%s.%s.svc.cluster.local" $service $ns)) $c.allowedHosts) | quote }}
+{{- if .Values.dispatcher.enabled }}
+# The pods view asks each dispatcher pod's /status, at every address of the pods' headless
+# Service (dispatcher-extras.yaml).
+- name: WAITLINE_CONSOLE_POD_STATUS_DNS
+  value: {{ printf "%s.%s.svc:%v" (include "waitline.name" (list . "dispatcher-metrics" 63)) $ns .Values.dispatcher.metricsPort | quote }}
+{{- end }}
 {{- range $name, $value := $c.settings }}
 - name: {{ printf "WAITLINE_CONSOLE_%s" ($name | upper | replace "-" "_") }}
   value: {{ if kindIs "map" $value }}{{ toJson $value | quote }}{{ else if kindIs "slice" $value }}{{ join "," $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
