@@ -56,15 +56,12 @@ def down() -> None:
 
 
 @app.command(epilog="Example: waitline dev status --output json")
-def status(
-    output: OutputOption = OutputFormat.TABLE,
-    as_json: Annotated[bool, typer.Option("--json", help="Same as --output json.")] = False,
-) -> None:
+def status(output: OutputOption = OutputFormat.TABLE) -> None:
     """Show each service, its port and health (exit code 1: one is not healthy)."""
     stack = _stack()
     services = stack.status()
     conn = stack.connection()
-    if as_json or output is OutputFormat.JSON:
+    if output is OutputFormat.JSON:
         echo_json_lines([{"bootstrap_servers": conn.bootstrap_servers, "pg_dsn": conn.pg_dsn,
                           "connection_file": str(stack.connection_path),
                           "services": [asdict(s) for s in services]}])

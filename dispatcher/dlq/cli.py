@@ -3,7 +3,8 @@
 The DLQ is `--dlq-topic`, else `<--group>.dlq`. Kafka is `--bootstrap-servers`, else
 WAITLINE_BOOTSTRAP_SERVERS, else the local stack's; security settings come from the same
 WAITLINE_* variables as the pod's (WAITLINE_SECURITY_PROTOCOL, WAITLINE_SASL_MECHANISM, ...).
-Tables are for people, `--json` for scripts; scans draw a progress bar on a terminal (stderr).
+Tables are for people, `--output json` for scripts (one JSON object per line: a record, a
+summary, a report); scans draw a progress bar on a terminal (stderr).
 Exit codes: 0 done, 1 Kafka failed or the operator declined, 2 bad input (flags, a missing topic,
 a record that is not there). How a record is kept from being replayed twice: `dispatcher.dlq.plan`.
 
@@ -16,7 +17,6 @@ configured (`--dsn`, WAITLINE_PG_DSN, or the local stack's); `--audit` insists o
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -92,8 +92,6 @@ SinceOption = Annotated[
     typer.Option("--since", help="Only records written to the DLQ in the last DURATION, "
                                  "e.g. 2h."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of "
-                                                          "tables.")]
 
 
 def _console() -> Console:
@@ -168,7 +166,6 @@ def list_records(
                                                       "not cut to the terminal.")] = False,
     bootstrap_servers: BootstrapOption = None,
     output: OutputOption = OutputFormat.TABLE,
-    as_json: JsonOption = False,
 ) -> None:
     """List DLQ records, oldest first, with failure and origin."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
@@ -187,13 +184,8 @@ def list_records(
 
     rows, scanned = _run(collect, bootstrap_servers)
     shown = rows.items()
-    if output is OutputFormat.JSON:
+    if output is OutputFormat.JSON:  # one object per record shown
         echo_json_lines(row.to_json() for row in shown)
-        return
-    if as_json:
-        typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
-                               "scanned": scanned, "matching": rows.offered,
-                               "records": [row.to_json() for row in shown]}, indent=2))
         return
     console = Console(highlight=False, width=max(_console().width, 200)) if wide else _console()
     if not shown:
@@ -222,7 +214,7 @@ def show(
     value_bytes: Annotated[int, typer.Option("--value-bytes", min=0, help="How much of the "
                                              "value to print (JSON has all of it).")] = 2048,
     bootstrap_servers: BootstrapOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Show one DLQ record in full, value and stack trace included."""
     topic, wait_filter = _inputs(group, dlq_topic, None, None, [wait_id] if wait_id else None,
@@ -244,9 +236,9 @@ def show(
         return found, ledger
 
     records, ledger = _run(find, bootstrap_servers)
-    if as_json:
-        details = [detail_json(topic, record, ledger.replays_of(record)) for record in records]
-        typer.echo(json.dumps(details[0] if by_position else details, indent=2))
+    if output is OutputFormat.JSON:  # one object per record: one by position
+        echo_json_lines(detail_json(topic, record, ledger.replays_of(record))
+                        for record in records)
         return
     console = _console()
     for record in records:
@@ -263,7 +255,6 @@ def stats(
     since: SinceOption = None,
     bootstrap_servers: BootstrapOption = None,
     output: OutputOption = OutputFormat.TABLE,
-    as_json: JsonOption = False,
 ) -> None:
     """Count DLQ records by exception and original topic."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, None, since)
@@ -279,13 +270,9 @@ def stats(
         return totals
 
     totals = _run(count, bootstrap_servers)
-    if output is OutputFormat.JSON:
+    if output is OutputFormat.JSON:  # one summary
         echo_json_lines([{"dlq_topic": topic, "filter": dlq_filter.describe(),
                           **totals.to_json()}])
-        return
-    if as_json:
-        typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
-                               **totals.to_json()}, indent=2))
         return
     console = _console()
     summary = totals.to_json()
@@ -337,9 +324,10 @@ def replay_records(
         "--dsn", help="PostgreSQL DSN of the registry (default: WAITLINE_PG_DSN, then the "
                       "local stack's).")] = None,
     bootstrap_servers: BootstrapOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Write DLQ records back to their topic, each wait id once."""
+    as_json = output is OutputFormat.JSON  # one report
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
                             include_replayed=include_replayed, limit=limit, force=force)

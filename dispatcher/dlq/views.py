@@ -6,7 +6,6 @@ process's registered secrets and the patterns), then cut; JSON output too, where
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from types import TracebackType
 from typing import Any
@@ -35,6 +34,7 @@ from dispatcher.dlq.records import (
 )
 from dispatcher.dlq.replay import ReplayOutcome
 from dispatcher.dlq.rows import DlqRow
+from dispatcher.output import echo_json_lines
 from dispatcher.previews import preview_bytes
 from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets, mask_then_cut
 
@@ -78,8 +78,8 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
                         declined: bool) -> None:
     """What a replay planned and did; `outcome` is None when nothing was executed."""
     replayed = outcome.replayed if outcome else Counter[str]()
-    if as_json:
-        typer.echo(json.dumps({
+    if as_json:  # one report, one line
+        echo_json_lines([{
             "dlq_topic": topic,
             "filter": dlq_filter.describe(),
             "dry_run": dry_run,
@@ -97,7 +97,7 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
             "over_limit": plan.over_limit,
             "vanished": outcome.vanished if outcome else 0,
             "preview": [row.to_json() for row in plan.preview],
-        }, indent=2))
+        }])
         return
     if declined:
         console.print("not replayed")

@@ -43,10 +43,8 @@ def test_list_shows_every_record_oldest_first(dlq: Dlq) -> None:
 
 
 def test_list_json_filters_by_exception_and_original_topic(dlq: Dlq) -> None:
-    listed = dlq.json("list", "--dlq-topic", dlq.topic, "--exception", "TimeoutError",
-                      "--original-topic", dlq.orders)
-    assert (listed["scanned"], listed["matching"]) == (5, 2)
-    rows = listed["records"]
+    rows = dlq.json_lines("list", "--dlq-topic", dlq.topic, "--exception", "TimeoutError",
+                          "--original-topic", dlq.orders)
     assert [(r["dlq_partition"], r["dlq_offset"]) for r in rows] == [(0, 0), (0, 2)]
     assert rows[0]["key"] == "base64:AP9rZXk="
     assert (rows[0]["original_topic"], rows[0]["original_partition"],
@@ -57,12 +55,13 @@ def test_list_json_filters_by_exception_and_original_topic(dlq: Dlq) -> None:
 
 
 def test_list_since_and_limit(dlq: Dlq) -> None:
-    recent = dlq.json("list", "--group", dlq.group, "--since", "1d")
-    assert recent["matching"] == 4
-    assert (0, 0) not in [(r["dlq_partition"], r["dlq_offset"]) for r in recent["records"]]
-    limited = dlq.json("list", "--group", dlq.group, "--limit", "1")
-    assert limited["matching"] == 5
-    assert [(r["dlq_partition"], r["dlq_offset"]) for r in limited["records"]] == [(0, 0)]
+    recent = dlq.json_lines("list", "--group", dlq.group, "--since", "1d")
+    assert len(recent) == 4
+    assert (0, 0) not in [(r["dlq_partition"], r["dlq_offset"]) for r in recent]
+    limited = dlq.json_lines("list", "--group", dlq.group, "--limit", "1")
+    assert [(r["dlq_partition"], r["dlq_offset"]) for r in limited] == [(0, 0)]
+    table = dlq.run("list", "--group", dlq.group, "--limit", "1")
+    assert "showing the 1 oldest of 5 matching records (5 scanned)" in table.stdout
 
 
 def test_stats_count_by_exception_and_topic(dlq: Dlq) -> None:
@@ -98,7 +97,7 @@ def test_show_decodes_the_record_in_full(dlq: Dlq) -> None:
 
 
 def test_show_by_wait_id_and_a_malformed_record(dlq: Dlq) -> None:
-    found = dlq.json("show", "--group", dlq.group, "--wait-id", dlq.wait_ids[1])
+    found = dlq.json_lines("show", "--group", dlq.group, "--wait-id", dlq.wait_ids[1])
     assert [(d["dlq_partition"], d["dlq_offset"]) for d in found] == [(0, 1)]
     assert found[0]["original"]["key"] is None
     junk = dlq.json("show", "--group", dlq.group, "--partition", "1", "--offset", "1")
@@ -155,8 +154,8 @@ def test_replay_writes_the_exact_originals_once(dlq: Dlq) -> None:
     assert (second["replayed"], second["already_replayed"]) == (0, 4)
     assert len(dlq.written(dlq.orders)) == 3
     assert len(dlq.written(dlq.refunds)) == 1
-    listed = dlq.json("list", "--group", dlq.group, "--original-topic", dlq.refunds)
-    assert listed["records"][0]["replayed_to"] == [dlq.refunds]
+    listed = dlq.json_lines("list", "--group", dlq.group, "--original-topic", dlq.refunds)
+    assert listed[0]["replayed_to"] == [dlq.refunds]
 
 
 def test_filtered_replay_leaves_the_rest_for_a_later_replay(dlq: Dlq) -> None:
@@ -241,7 +240,8 @@ def test_force_replays_every_dlq_record_of_a_wait_id_once(dlq: Dlq) -> None:
 
 def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "dispatcher", "dlq", "stats", "--group", dlq.group, "--json"],
+        [sys.executable, "-m", "dispatcher", "dlq", "stats", "--group", dlq.group, "--output",
+         "json"],
         capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "WAITLINE_BOOTSTRAP_SERVERS": dlq.bootstrap},
     )
