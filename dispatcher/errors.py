@@ -82,11 +82,19 @@ class TopicSetupError(WaitlineError):
 
 
 def config_error(exc: ValidationError, what: str, env_prefix: str) -> ConfigError:
-    """The ConfigError for settings read from `env_prefix` variables: one line per problem,
-    naming its variable and never quoting a value (a secret must not reach the message)."""
+    """The ConfigError for settings read from `env_prefix` variables: one line per problem
+    (the whole message on one line when there is one), naming its variable and never quoting
+    a value (a secret must not reach the message)."""
     problems = []
     for error in exc.errors(include_input=False):
         field = ".".join(str(part) for part in error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{env_prefix}{field.upper()}: {message}" if field else message)
-    return ConfigError(f"invalid {what} configuration:\n  " + "\n  ".join(problems))
+    return ConfigError(one_line_or_list(f"invalid {what} configuration", problems))
+
+
+def one_line_or_list(title: str, problems: list[str]) -> str:
+    """`title: problem` for one problem; else the title and the problems, one per line."""
+    if len(problems) == 1:
+        return f"{title}: {problems[0]}"
+    return f"{title}:\n  " + "\n  ".join(problems)

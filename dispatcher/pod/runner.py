@@ -71,7 +71,7 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
             f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
-            f"({kafka.security_protocol}); "
+            f"({kafka.security.describe()}); "
             + (f"handler={settings.handler}" if settings.handler
                else f"counterparty={settings.counterparty_url}"))
 

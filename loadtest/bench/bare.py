@@ -109,8 +109,7 @@ async def _wait_topic_writes(bootstrap: str, topic: str, wait_topic: str | None,
 
         yield post_only
         return
-    kafka = KafkaConfig(bootstrap, "waitline-bare", "PLAINTEXT", None, None, None, None, None,
-                        None)
+    kafka = KafkaConfig(bootstrap, "waitline-bare")
     limits = await ensure_topics(kafka, TopicConfig(
         input_topics=(topic,), group=group, wait_topic=wait_topic, dlq_topic=f"{wait_topic}.dlq",
         result_topic=None, create_missing=True, delete_retention_s=86_400.0))
