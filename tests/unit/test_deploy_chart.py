@@ -244,7 +244,8 @@ def program_reads(component: str) -> set[str]:
         return (common | settings_env(DispatchSettings, "WAITLINE_") | cli_env("dispatch")
                 | settings_env(HttpHandlerConfig, HTTP_ENV_PREFIX) | otel_env())
     if component == "reconcile":
-        return common | cli_env("reconcile") | {BOOTSTRAP_ENV, DSN_ENV}
+        return (common | cli_env("reconcile") | settings_env(KafkaClientSettings, "WAITLINE_")
+                | {BOOTSTRAP_ENV, DSN_ENV})
     if component == "console":
         return (common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
                 | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console"))
@@ -459,6 +460,22 @@ def test_the_long_running_job_is_one_driver_against_a_spark_master() -> None:
     local = helm_template("-f", str(default_values()), "--set",
                           "reconcile.longRunning.sparkMaster=local[2]")
     assert local.returncode != 0
+
+
+def test_the_reconcile_job_reads_kafka_from_the_pods_variables_never_its_arguments() -> None:
+    """One security configuration: the job's container gets the pod's Kafka variables (the
+    password from the Secret) and no --kafka-option, so no credential is on a command line."""
+    cron = only("CronJob", full_values())
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    kafka = {name for name in literal_env(dispatcher_container(full_values()))
+             if name.startswith(("WAITLINE_BOOTSTRAP", "WAITLINE_SECURITY", "WAITLINE_SASL",
+                                 "WAITLINE_SSL"))}
+    assert "WAITLINE_SASL_PASSWORD" in kafka
+    job_env = {var["name"]: var for var in container["env"]}
+    assert kafka <= set(job_env)
+    assert "value" not in job_env["WAITLINE_SASL_PASSWORD"]
+    assert "--kafka-option" not in container["args"]
+    assert not any("SASL" in arg or "jaas" in arg for arg in container["args"])
 
 
 def test_the_cron_job_runs_once_and_never_beside_another() -> None:

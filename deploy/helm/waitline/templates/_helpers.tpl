@@ -64,8 +64,9 @@ capabilities:
 {{- .Values.kafka.existingSecret | default (printf "%s-kafka" (include "waitline.fullname" .)) -}}
 {{- end -}}
 
-{{/* How the pod and the console reach Kafka: WAITLINE_BOOTSTRAP_SERVERS and its security
-(KafkaClientSettings in dispatcher/pod/settings.py). */}}
+{{/* How the pod, the console and the reconciliation job (its Spark source and sink too) reach
+Kafka: WAITLINE_BOOTSTRAP_SERVERS and its security (KafkaClientSettings in
+dispatcher/kafka/config.py), the one configuration every client reads. */}}
 {{- define "waitline.kafkaEnv" -}}
 - name: WAITLINE_BOOTSTRAP_SERVERS
   value: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
@@ -90,32 +91,6 @@ capabilities:
       name: {{ include "waitline.kafkaSecret" . }}
       key: sasl-password
 {{- end }}
-{{- end -}}
-
-{{/* The reconciliation job reads only the bootstrap servers from the environment; Spark's Kafka
-client takes the security settings as --kafka-option flags ("waitline.reconcileKafkaArgs"). */}}
-{{- define "waitline.reconcileKafkaEnv" -}}
-- name: WAITLINE_BOOTSTRAP_SERVERS
-  value: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
-{{- if .Values.kafka.saslMechanism }}
-{{- include "waitline.saslEnv" . }}
-{{- end }}
-{{- end -}}
-
-{{/* --kafka-option flags for Spark's Kafka source and sink; the SASL credentials are the
-container's variables, which Kubernetes substitutes into the argument ($(NAME)). */}}
-{{- define "waitline.reconcileKafkaArgs" -}}
-{{- $k := .Values.kafka -}}
-{{- $args := list -}}
-{{- if ne $k.securityProtocol "PLAINTEXT" -}}
-{{- $args = concat $args (list "--kafka-option" (printf "kafka.security.protocol=%s" $k.securityProtocol)) -}}
-{{- end -}}
-{{- with $k.saslMechanism -}}
-{{- $module := ternary "org.apache.kafka.common.security.plain.PlainLoginModule" "org.apache.kafka.common.security.scram.ScramLoginModule" (eq . "PLAIN") -}}
-{{- $jaas := printf "%s required username=\"$(WAITLINE_SASL_USERNAME)\" password=\"$(WAITLINE_SASL_PASSWORD)\";" $module -}}
-{{- $args = concat $args (list "--kafka-option" (printf "kafka.sasl.mechanism=%s" .) "--kafka-option" (printf "kafka.sasl.jaas.config=%s" $jaas)) -}}
-{{- end -}}
-{{- toJson $args -}}
 {{- end -}}
 
 {{- define "waitline.pgSecret" -}}
@@ -151,7 +126,7 @@ containers:
     image: {{ include "waitline.reconcileImage" $root | quote }}
     imagePullPolicy: {{ $root.Values.reconcileImage.pullPolicy }}
     args:
-      {{- toYaml (concat $args (include "waitline.reconcileKafkaArgs" $root | fromJsonArray) $r.extraArgs) | nindent 6 }}
+      {{- toYaml (concat $args $r.extraArgs) | nindent 6 }}
     ports:
       - name: metrics
         containerPort: {{ $r.metricsPort }}
@@ -163,7 +138,7 @@ containers:
         containerPort: 7079
         protocol: TCP
     env:
-      {{- include "waitline.reconcileKafkaEnv" $root | nindent 6 }}
+      {{- include "waitline.kafkaEnv" $root | nindent 6 }}
       {{- include "waitline.pgEnv" $root | nindent 6 }}
       - name: WAITLINE_STATE_DIR
         value: /var/lib/waitline
