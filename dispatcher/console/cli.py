@@ -23,7 +23,7 @@ from dispatcher.console.store import Store
 from dispatcher.dlq.records import resolve_dlq_topic
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import ConfigError
-from dispatcher.kafka.config import KafkaClientSettings
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.logs import configure_logging
 
 app = typer.Typer(help="Serve the Waitline console: the DLQ, the wait registry, redrive.",
@@ -61,8 +61,7 @@ def console(
         settings = load_console_settings(**overrides)
         topic = resolve_dlq_topic(group, dlq_topic)
         waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
-        kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
-                                    client_id="waitline-console").kafka()
+        kafka = load_kafka_config(bootstrap_servers, client_id="waitline-console")
         pg_dsn = resolve_pg_dsn(dsn)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -13,11 +13,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
 from connectors.rows import WaitEvent, open_waits
+from dispatcher.kafka.config import client_options
 from dispatcher.wire import parse_dlq_record, parse_wait_record, wait_id_for
 from loadtest.harness.accounting import Coordinates
 from loadtest.harness.processes import HarnessError
 
 READ_BATCH_TIMEOUT_MS = 1000
+CLIENT_ID = "waitline-harness"
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class WaitTopicState:
 async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
     """`topic`'s partitions, asked of the cluster (a client's cached metadata may predate it);
     empty when the topic does not exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, CLIENT_ID))
     await admin.start()
     try:
         described = await admin.describe_topics([topic])
@@ -49,7 +51,7 @@ async def _read_to_end(bootstrap: str, topic: str,
     partitions = await topic_partitions(bootstrap, topic)
     if not partitions:
         return
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_options(bootstrap, CLIENT_ID), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -115,7 +117,7 @@ async def read_dlq_exceptions(bootstrap: str, topic: str,
 async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUID, Coordinates]:
     """Every record of the input topic, by the wait id `group` gives it."""
     partitions = await topic_partitions(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_options(bootstrap, CLIENT_ID), enable_auto_commit=False)
     await consumer.start()
     try:
         starts = await consumer.beginning_offsets(partitions)
@@ -131,7 +133,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     partitions = await topic_partitions(bootstrap, topic)
     if not partitions:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(**client_options(bootstrap, CLIENT_ID))
     await consumer.start()
     try:
         return {tp.partition: offset
@@ -142,7 +144,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offset per partition of `topic` (absent where none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, CLIENT_ID))
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)

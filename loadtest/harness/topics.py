@@ -8,6 +8,8 @@ import time
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dispatcher.errors import WaitlineError
+from dispatcher.kafka.config import client_options
+from dispatcher.kafka.topics import replication_factor
 
 INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
@@ -18,10 +20,13 @@ async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTI
     """Create `topic` and return once the broker's metadata lists all its partitions: a pod
     started at once checks its input topics there (a loaded broker updates it after the
     create returned; pods then exited "input topic(s) not found")."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, "waitline-harness"))
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        # Replicated as the pod replicates its own topics: on a cluster with
+        # min.insync.replicas=2 a topic of one replica would refuse every acks=all write.
+        await admin.create_topics([NewTopic(topic, partitions, await replication_factor(admin),
+                                            topic_configs=configs or {})])
         deadline = time.monotonic() + TOPIC_VISIBLE_TIMEOUT_S
         while True:
             [described] = await admin.describe_topics([topic])

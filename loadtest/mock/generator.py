@@ -22,11 +22,14 @@ from aiokafka.errors import KafkaError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dispatcher.errors import ConfigError, ProduceError
+from dispatcher.kafka.clients import make_producer
+from dispatcher.kafka.config import load_kafka_config
 
 # A fixed default keeps make_record pure; produce() stamps the real time instead.
 REFERENCE_OPERATION_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 # Sends not yet acknowledged; past this, produce() waits for the oldest, bounding memory.
 MAX_UNACKED_SENDS = 10_000
+CLIENT_ID = "waitline-generator"
 LINGER_MS = 20
 MAX_BATCH_BYTES = 256 * 1024
 # Pacing sleeps shorter than this cost more timer wake-ups than they smooth.
@@ -66,10 +69,9 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
         raise ConfigError(f"keys must be at least 1, not {keys}")
     if rate_per_s is not None and not rate_per_s > 0:
         raise ConfigError(f"rate must be a positive number of records per second, not {rate_per_s}")
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True,
-        linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES,
-    )
+    # The pod's producer settings (acks=all, idempotent), batched for throughput.
+    producer = make_producer(load_kafka_config(bootstrap_servers, client_id=CLIENT_ID),
+                             linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeRemainingColumn(), disable=not progress)
     try:
