@@ -10,7 +10,11 @@ from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn, state_dir
 from dispatcher.errors import ConfigError
 from dispatcher.kafka.config import KafkaConfig, load_kafka_config
-from spark_jobs.kafka_options import extra_kafka_options, spark_kafka_options
+from spark_jobs.kafka_options import (
+    extra_kafka_options,
+    spark_kafka_options,
+    spark_producer_options,
+)
 
 DEFAULT_TRIGGER = "5s"
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
@@ -119,9 +123,11 @@ class ReconcileConfig:
         return {**spark_kafka_options(self.kafka), **SOURCE_KAFKA_DEFAULTS, **self.kafka_options}
 
     def sink_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka sink (the DLQ writes): the endpoint and security, then the
-        user's extra properties."""
-        return {**spark_kafka_options(self.kafka), **self.kafka_options}
+        """Options of Spark's Kafka sink (the DLQ and tombstone writes): the endpoint and
+        security, the user's extra properties, and the writers' durable settings (acks=all,
+        idempotent), which no option contradicts."""
+        return {**spark_kafka_options(self.kafka), **self.kafka_options,
+                **spark_producer_options()}
 
 
 def default_checkpoint_dir(group: str) -> str:

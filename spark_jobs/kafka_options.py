@@ -29,6 +29,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 
 from dispatcher.errors import ConfigError
+from dispatcher.kafka.clients import durable_writes
 from dispatcher.kafka.config import KafkaConfig, KafkaSecurity, env_name
 
 LOGIN_MODULES = {
@@ -134,15 +135,32 @@ def _pkcs8_key(security: KafkaSecurity) -> str:
                              serialization.NoEncryption()).decode().strip()
 
 
+# aiokafka's names of `durable_writes` in the Java producer.
+_JAVA_PRODUCER_NAMES = {"acks": "kafka.acks", "enable_idempotence": "kafka.enable.idempotence",
+                        "max_request_size": "kafka.max.request.size"}
+
+
+def spark_producer_options() -> dict[str, str]:
+    """`dispatcher.kafka.clients.durable_writes` as Spark's Kafka sink options: the expiry
+    sweep writes with the settings of every other writer."""
+    return {_JAVA_PRODUCER_NAMES[name]: str(value).lower() if isinstance(value, bool)
+            else str(value) for name, value in durable_writes().items()}
+
+
 def extra_kafka_options(given: Mapping[str, str], kafka: KafkaConfig) -> dict[str, str]:
     """The `--kafka-option` properties that add to the configuration: one the translation owns
-    (security, SASL, TLS) must say what the WAITLINE_* variables say (and is then dropped as
-    redundant); one that contradicts them is a ConfigError naming the option and the
+    (security, SASL, TLS, the writers' durability) must say what it says (and is then dropped
+    as redundant); one that contradicts it is a ConfigError naming the option and the
     variables."""
     managed = spark_kafka_options(kafka)
+    durable = spark_producer_options()
     extra: dict[str, str] = {}
     for name, value in given.items():
         settings = SECURITY_OPTION_SETTINGS.get(name)
+        if name in durable and name != "kafka.max.request.size" and value != durable[name]:
+            raise ConfigError(f"--kafka-option {name}={value} contradicts the writers' durable "
+                              f"settings ({name}={durable[name]}, as every Waitline writer); "
+                              "drop the option")
         if settings is None:
             extra[name] = value
         elif managed.get(name) != value:
