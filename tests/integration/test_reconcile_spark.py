@@ -37,6 +37,7 @@ from dispatcher.wire import (
     withdrawal_of,
 )
 from spark_jobs.config import ReconcileConfig, parse_kafka_options
+from spark_jobs.kafka_options import spark_producer_options
 from spark_jobs.reconcile import ReconcileJob
 
 # Spark on a loaded 2-core machine: the first test also starts the JVM; not a speed check.
@@ -77,10 +78,11 @@ def test_the_source_waits_briefly_for_fetches_unless_the_user_says_otherwise() -
                                        "kafka.security.protocol": "PLAINTEXT",
                                        "kafka.fetch.max.wait.ms": "10",
                                        "kafka.client.dns.lookup": "use_all_dns_ips"}
-    # A consumer setting is not given to the DLQ's producer.
+    # A consumer setting is not given to the DLQ's producer; the writers' durability is.
     assert config.sink_options() == {"kafka.bootstrap.servers": "k:9092",
                                      "kafka.security.protocol": "PLAINTEXT",
-                                     "kafka.client.dns.lookup": "use_all_dns_ips"}
+                                     "kafka.client.dns.lookup": "use_all_dns_ips",
+                                     **spark_producer_options()}
     tuned = ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d",
                                   kafka_options=["kafka.fetch.max.wait.ms=200"])  # fmt: skip
     assert tuned.source_options()["kafka.fetch.max.wait.ms"] == "200"
