@@ -2,12 +2,14 @@
 
     WaitlineError
     ├── ConfigError                 bad flags, environment or settings; never retried
-    │   └── EndpointNotConfiguredError (dispatcher.endpoints)
+    │   ├── EndpointNotConfiguredError (dispatcher.endpoints)
+    │   └── KafkaAccessError        Kafka refused this configuration (login, certificate, protocol)
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest generator, connectors)
     ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.session)
     ├── KafkaClientError            a commit or offset read failed (the Kafka seam); retriable
+    ├── KafkaUnreachableError       no broker answered the pre-flight check at all
     ├── UnreadableRecordError       the Kafka client cannot parse a fetched record (the seam)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
@@ -33,6 +35,16 @@ class WaitlineError(Exception):
 
 class ConfigError(WaitlineError):
     """Invalid configuration; the message says what to change."""
+
+
+class KafkaAccessError(ConfigError):
+    """The pre-flight check (dispatcher.kafka.preflight) could not reach Kafka with the
+    configured address and security; the message names the cause and the setting to change."""
+
+
+class KafkaUnreachableError(WaitlineError):
+    """No bootstrap server answered the pre-flight check (nothing listens, an unknown host, no
+    answer): the address may be wrong, or the cluster down; the message says which."""
 
 
 class WireFormatError(WaitlineError):

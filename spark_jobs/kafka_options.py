@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from dispatcher.errors import ConfigError
 from dispatcher.kafka.clients import durable_writes
 from dispatcher.kafka.config import KafkaConfig, KafkaSecurity, env_name
+from dispatcher.kafka.diagnosis import Evidence, classify, java_error_chain
 
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -185,3 +186,15 @@ def _contradiction(name: str, value: str, settings: tuple[str, ...], managed: st
                 "of the option")
     return (f"--kafka-option {shown} contradicts {variables}: every Kafka client's security "
             "comes from the WAITLINE_* variables; drop the option (or change the variable)")
+
+
+def kafka_refusal(failure: str, kafka: KafkaConfig) -> str | None:
+    """The one line for a Spark failure whose cause is Kafka refusing this configuration (a
+    login, a certificate, a protocol: Java's exceptions in `failure`, the text of its stack
+    trace); None for any other failure."""
+    security = kafka.security
+    evidence = Evidence(address=kafka.bootstrap_servers.split(",")[0].strip(),
+                        protocol=security.protocol, errors=java_error_chain(failure),
+                        mechanism=security.sasl_mechanism, username=security.sasl_username)
+    diagnosis = classify(evidence) if evidence.errors else None
+    return None if diagnosis is None else diagnosis.line()

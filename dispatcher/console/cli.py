@@ -22,8 +22,9 @@ from dispatcher.console.settings import load_console_settings
 from dispatcher.console.store import Store
 from dispatcher.dlq.records import resolve_dlq_topic
 from dispatcher.endpoints import resolve_pg_dsn
-from dispatcher.errors import ConfigError
+from dispatcher.errors import ConfigError, KafkaUnreachableError
 from dispatcher.kafka.config import load_kafka_config
+from dispatcher.kafka.preflight import run_check
 from dispatcher.logs import configure_logging
 
 app = typer.Typer(help="Serve the Waitline console: the DLQ, the wait registry, redrive.",
@@ -63,9 +64,13 @@ def console(
         waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
         kafka = load_kafka_config(bootstrap_servers, client_id="waitline-console")
         pg_dsn = resolve_pg_dsn(dsn)
+        run_check(kafka)  # the Kafka view and redrive need it: say now if it refuses us
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except KafkaUnreachableError as exc:  # the DLQ index and the registry still serve
+        log.warning("Kafka unreachable: the Kafka view and redrive fail until it answers: %s",
+                    exc)
     groups = [group] if group else []
     asyncio.run(_serve(Console(settings, topic, waits, groups, kafka, Store(pg_dsn))))
 

@@ -55,6 +55,7 @@ from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import EndpointNotConfiguredError, resolve_pg_dsn
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig, load_kafka_config
+from dispatcher.kafka.preflight import check_kafka_access
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 
 app = typer.Typer(help="Inspect and replay the records a dispatcher sent to its DLQ.",
@@ -120,6 +121,7 @@ def _run(command: Callable[[KafkaSession], Awaitable[T]], bootstrap_servers: str
     logging.getLogger("asyncio").addFilter(_FENCED_LEFTOVERS)  # adding it twice adds it once
 
     async def in_session(kafka: KafkaConfig) -> T:
+        await check_kafka_access(kafka)  # a refused login or certificate: one line, fast
         async with KafkaSession(kafka) as session:
             return await command(session)
 

@@ -194,3 +194,31 @@ def test_spark_redacts_the_options_that_carry_secrets_or_keys() -> None:
                  "kafka.ssl.keystore.certificate.chain", "kafka.ssl.truststore.certificates"):
         assert pattern.search(name), name
     assert not pattern.search("kafka.bootstrap.servers")
+
+
+JAVA_REFUSED = """An error occurred while calling o61.awaitTermination.
+: org.apache.spark.sql.streaming.StreamingQueryException: [STREAM_FAILED] Query terminated
+Caused by: org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed \
+during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512
+\tat org.apache.kafka.common.security.authenticator.SaslClientAuthenticator.receive(X.java:1)
+"""
+
+
+@pytest.mark.parametrize(("failure", "line"), [
+    (JAVA_REFUSED, "Kafka at b1:9093 refused the SASL login of user 'waitline' (SCRAM-SHA-512): "
+                   "wrong password or unknown user; check WAITLINE_SASL_USERNAME and "
+                   "WAITLINE_SASL_PASSWORD"),
+    ("Caused by: javax.net.ssl.SSLHandshakeException: PKIX path building failed: unable to find "
+     "valid certification path to requested target",
+     "the broker's certificate at b1:9093 is not signed by the configured CA; check "
+     "WAITLINE_SSL_CAFILE (or WAITLINE_SSL_CA_PEM)"),
+    ("Caused by: org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
+     "assignment. Call: listNodes", None),
+    ("Caused by: java.lang.IllegalStateException: the connection was closed", None),
+    ("no Java here", None),
+])
+def test_a_spark_failure_is_a_kafka_refusal_only_when_its_cause_says_so(
+        failure: str, line: str | None) -> None:
+    from spark_jobs.kafka_options import kafka_refusal
+
+    assert kafka_refusal(failure, SECURED) == line
