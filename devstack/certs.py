@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from devstack.processes import write_private
+
 VALID_DAYS = 365
 _BACKDATE = dt.timedelta(hours=1)  # tolerate a little clock skew between issuer and reader
 _RENEW_BEFORE = dt.timedelta(days=1)
-_KEY_MODE = 0o600
 
 
 @dataclass(frozen=True)
@@ -121,17 +121,6 @@ def cert_pem(*certs: x509.Certificate) -> bytes:
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write a secret file readable by its owner only: created 0600 (never wider, not even for
-    a moment) and replaced whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _KEY_MODE)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    tmp.replace(path)
 
 
 def _write_public(path: Path, data: bytes) -> None:

@@ -32,11 +32,13 @@ from dispatcher.errors import StackError
 from dispatcher.logs import HANDLER_NAME
 from dispatcher.ports import free_ports
 
-# Under `make test` (pytest-xdist, `--dist loadgroup`) the tests that need services run in two
+# Under `make test` (pytest-xdist, `--dist loadgroup`) the tests that need services run in
 # groups, each in one worker on that worker's own session stack: the Spark tier (a JVM per job)
 # beside the Kafka and PostgreSQL tier, so the two long tiers overlap; the service-free tests
-# fill both workers around them. A Spark test marked `integration` too belongs to Spark.
-SERVICE_GROUPS = ("spark", "integration")
+# fill both workers around them. A Spark test marked `integration` too belongs to Spark. The
+# secured cluster's tests are a third group, so one worker starts the cluster: xdist hands the
+# largest groups out first, so it runs after whichever long tier ends first.
+SERVICE_GROUPS = ("spark", "cluster", "integration")
 
 
 def _service_group(item: pytest.Item) -> str | None:
