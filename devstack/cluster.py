@@ -45,6 +45,7 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_USER = "waitline"
 SCRAM_ITERATIONS = 4096  # Kafka's default and SCRAM-SHA-512's least
 START_TIMEOUT_S = 180.0
+PROBE_TIMEOUT_S = 10.0  # a TLS and SCRAM handshake with a JVM on a loaded machine is slow
 
 
 class ClientAuth(StrEnum):
@@ -184,6 +185,9 @@ class ClusterNode(KafkaService):
     def _answers(self, timeout_s: float) -> bool:
         return self.node_id in self._cluster.live_brokers(timeout_s)
 
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self._cluster.wait_healthy((self.node_id,), timeout_s)
+
 
 class SecureCluster:
     """The three nodes under one folder, their TLS material and SCRAM user."""
@@ -252,7 +256,7 @@ class SecureCluster:
         try:
             with ThreadPoolExecutor(len(stopped) or 1) as pool:  # each formats in its own JVM
                 list(pool.map(ClusterNode.start, stopped))
-            self.wait_healthy()
+            asyncio.run(self._started())
         except BaseException:
             for node in stopped:
                 node.stop()
@@ -267,21 +271,28 @@ class SecureCluster:
         return [node.name for node in running]
 
     def status(self) -> list[ServiceStatus]:
-        live = self.live_brokers(5.0) if self.running() else set()
+        live = self.live_brokers() if self.running() else set()
         return [ServiceStatus(s.name, s.running, s.running and node.node_id in live, s.port,
                               s.pid, s.endpoint, s.log)
                 for node in self.nodes.values()
                 for s in [_process_status(node)]]
 
-    def live_brokers(self, timeout_s: float = 5.0) -> set[int]:
+    def live_brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
         """The node ids the cluster's metadata lists as brokers (registered and not fenced),
         asked over SASL_SSL; empty when no node answers."""
         return asyncio.run(_live_brokers(self.connection(), timeout_s))
 
     def wait_healthy(self, node_ids: tuple[int, ...] = NODE_IDS,
                      timeout_s: float = START_TIMEOUT_S) -> None:
+        """`serving`, for callers outside an event loop."""
+        asyncio.run(self.serving(node_ids, timeout_s))
+
+    async def serving(self, node_ids: tuple[int, ...] = NODE_IDS,
+                      timeout_s: float = START_TIMEOUT_S) -> None:
         """Until each of `node_ids` is a live broker; StackError naming a node that exited, or
-        the ones still missing at the deadline."""
+        the ones still missing at the deadline. One event loop for every probe: a probe that
+        gives up mid-handshake leaves its TLS connection closing, which a loop ended at once
+        would leave unclosed."""
         deadline = time.monotonic() + timeout_s
         while True:
             for node_id in node_ids:
@@ -291,7 +302,7 @@ class SecureCluster:
                         f"{node.name} exited during start-up. Its errors:\n"
                         f"{node.startup_errors() or '(none logged)'}\n"
                         f"Last lines of its log:\n{log_tail(node.log_path)}")
-            missing = set(node_ids) - self.live_brokers(timeout_s=3.0)
+            missing = set(node_ids) - await _live_brokers(self.connection(), PROBE_TIMEOUT_S)
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -300,7 +311,13 @@ class SecureCluster:
                     f"{names} not serving as brokers within {timeout_s:.0f} s. Errors:\n" +
                     "\n".join(f"{self.nodes[n].name}: {self.nodes[n].startup_errors() or '-'}"
                               for n in sorted(missing)))
-            time.sleep(0.5)
+            await asyncio.sleep(0.5)
+
+    async def _started(self) -> None:
+        await self.serving()
+        # As on a cluster that has served groups: the offsets topic exists (Kafka makes it on
+        # the first coordinator lookup), so a first group does not wait for it.
+        await _await_group_coordinator(self.connection(), START_TIMEOUT_S)
 
 
 def _process_status(node: ClusterNode) -> ServiceStatus:
@@ -316,8 +333,8 @@ async def _live_brokers(connection: ClusterConnection, timeout_s: float) -> set[
     with aiokafka_silenced():
         options = connection.kafka_config().client_options()
         admin = AIOKafkaAdminClient(**options, request_timeout_ms=int(timeout_s * 1000))
-        try:
-            async with asyncio.timeout(timeout_s):
+        try:  # bootstrap tries the nodes in turn, each for up to timeout_s (one may hang)
+            async with asyncio.timeout(timeout_s * (len(NODE_IDS) + 1)):
                 await admin.start()
                 cluster = await admin.describe_cluster()
         except Exception:  # noqa: BLE001 - any failure means "none answers"
@@ -327,3 +344,29 @@ async def _live_brokers(connection: ClusterConnection, timeout_s: float) -> set[
         finally:
             with contextlib.suppress(Exception):
                 await admin.close()
+
+
+async def _await_group_coordinator(connection: ClusterConnection, timeout_s: float) -> None:
+    """Until a group coordinator is found (Kafka creates the offsets topic on the first
+    lookup and answers "not available" until its partitions have leaders)."""
+    from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
+    from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+    admin = AIOKafkaAdminClient(**connection.kafka_config().client_options())
+    try:
+        async with asyncio.timeout(timeout_s):
+            await admin.start()
+            while True:
+                try:
+                    await admin.find_coordinator("waitline-dev-up")
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    await asyncio.sleep(0.5)
+                else:
+                    return
+    except TimeoutError as exc:
+        raise StackError(f"no group coordinator within {timeout_s:.0f} s of the cluster's "
+                         "start (the offsets topic has no leaders)") from exc
+    finally:
+        await admin.close()

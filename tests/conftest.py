@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from devstack.cluster import ClusterConnection, ClusterPorts, SecureCluster
 from devstack.containers import (
     STACK_ENV,
     TESTCONTAINERS,
@@ -106,6 +107,36 @@ def local_stack() -> Iterator[LocalStack]:
         stack.down()
         if not os.environ.get("WAITLINE_KEEP_TEST_STACK"):
             shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def secure_cluster() -> Iterator[SecureCluster]:
+    """The secured three-node cluster (TLS everywhere, SCRAM-SHA-512 and mTLS clients, RF 3,
+    min ISR 2) for this session, started lazily on first use, in a temporary folder on free
+    ports; `.nodes[n]` stops, starts, kills, freezes and thaws one node. A test that stops a
+    node starts it again before it ends. Tests using it are marked `cluster`, which puts them
+    in one xdist group: one worker starts it."""
+    home = Path(tempfile.mkdtemp(prefix="waitline-cluster-"))
+    cluster = SecureCluster(home / "cluster", ClusterPorts.free())
+    try:
+        try:
+            cluster.up()
+        except StackError:
+            # As for the local stack: a port taken in the meantime; once more, afresh.
+            cluster = SecureCluster(home / "again", ClusterPorts.free())
+            cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+        if not os.environ.get("WAITLINE_KEEP_TEST_STACK"):
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster_connection(secure_cluster: SecureCluster) -> ClusterConnection:
+    """What a client needs to reach the secured cluster: `.env(auth)` is the `WAITLINE_*`
+    mapping a command reads, `.kafka_config(auth)` the clients' configuration built from it."""
+    return secure_cluster.connection()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dispatcher.errors import ConfigError, ProduceError
+from loadtest.harness.clients import KafkaTarget, client_options
 
 # A fixed default keeps make_record pure; produce() stamps the real time instead.
 REFERENCE_OPERATION_DATE = datetime(2025, 1, 1, tzinfo=UTC)
@@ -51,7 +52,7 @@ def make_record(counter: int, rng: random.Random, *,
     return operation_id.encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
-async def produce(bootstrap_servers: str, topic: str, count: int, *,
+async def produce(kafka: KafkaTarget, topic: str, count: int, *,
                   rate_per_s: float | None = None, progress: bool = True,
                   start: int = 0, keys: int | None = None) -> int:
     """Write records `start`..`start+count-1` to `topic`; returns how many Kafka acknowledged.
@@ -67,7 +68,7 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
     if rate_per_s is not None and not rate_per_s > 0:
         raise ConfigError(f"rate must be a positive number of records per second, not {rate_per_s}")
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True,
+        **client_options(kafka), acks="all", enable_idempotence=True,
         linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES,
     )
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -83,8 +84,8 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
         finally:
             await producer.stop()  # also after a failed start, which leaves the client open
     except KafkaError as exc:
-        raise ProduceError(f"producing to {topic!r} at {bootstrap_servers} failed: {exc!r}") \
-            from exc
+        servers = client_options(kafka)["bootstrap_servers"]
+        raise ProduceError(f"producing to {topic!r} at {servers} failed: {exc!r}") from exc
 
 
 async def _send_all(producer: AIOKafkaProducer, topic: str, counters: range,

@@ -1,25 +1,46 @@
 """The secured local cluster (`waitline dev up --cluster`, devstack/cluster.py) on the real
 Kafka jars: it starts from a fresh state folder, says what a client needs without the password,
-and stops leaving no process behind."""
+and stops leaving no process behind; a PLAINTEXT client is not served; the pod, configured by
+the `WAITLINE_*` environment alone, dispatches over SCRAM-SHA-512 and over mutual TLS with every
+record accounted for, on topics replicated three times with `min.insync.replicas=2`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError
+from dispatch_helpers import (
+    DispatcherProcess,
+    RecordingCounterparty,
+    create_topic,
+    dispatch_argv,
+    fully_committed,
+    input_wait_ids,
+    read_dlq,
+    read_wait_topic,
+    wait_until,
+)
 
-from devstack.cluster import ClusterPorts, SecureCluster
+from devstack.cluster import ClientAuth, ClusterConnection, ClusterPorts, SecureCluster
 from devstack.processes import pid_alive
 from devstack.stack import StackPorts
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.ports import free_ports
+from loadtest.mock.generator import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -121,3 +142,80 @@ def test_dev_up_cluster_status_down_from_a_fresh_state_folder(state_dir: Path) -
         assert "not running" in not_running.stderr
     finally:
         _waitline(state_dir, "dev", "down")
+
+
+async def _topic_replication(kafka: KafkaConfig, topic: str) -> tuple[set[int], str | None]:
+    """Each partition's replica count, and the topic's effective `min.insync.replicas`."""
+    admin = AIOKafkaAdminClient(**kafka.client_options())
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"min.insync.replicas": None})])
+    finally:
+        await admin.close()
+    [(_err, _msg, _type, _name, entries)] = response.resources
+    configs = {entry[0]: entry[1] for entry in entries}
+    return ({len(p["replicas"]) for p in described["partitions"]},
+            configs.get("min.insync.replicas"))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("auth", list(ClientAuth))
+async def test_the_pod_dispatches_over_the_secured_cluster_by_the_environment_alone(
+    cluster_connection: ClusterConnection, auth: ClientAuth,
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    """`waitline dispatch` given only the `WAITLINE_*` variables `dev status --env` prints
+    (no --bootstrap-servers) calls every record once, tombstones every wait record, leaves the
+    DLQ empty and commits everything; the topics it creates are replicated three times with
+    `min.insync.replicas=2`, and its log never shows the password."""
+    count = 300
+    kafka = cluster_connection.kafka_config(auth)
+    topic, group = unique_name("orders"), unique_name("billing")
+    await create_topic(kafka, topic, partitions=3)
+    await produce(kafka, topic, count, progress=False)
+    inputs = await input_wait_ids(kafka, group, topic)
+    assert len(inputs) == count
+
+    async with RecordingCounterparty() as counterparty:
+        argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=counterparty.url,
+                             commit_interval="200ms", create_topics=True, concurrency=50)
+        env = cluster_connection.env(auth)
+        async with DispatcherProcess(argv, tmp_path / "pod.log", env=env) as pod:
+            await wait_until(lambda: fully_committed(kafka, group, topic),
+                             "the pod commits everything", timeout_s=180)
+            await wait_until(lambda: len(counterparty.calls_per_key()) >= count,
+                             "every record is called", timeout_s=30)
+            pod.send(signal.SIGTERM)
+            assert await pod.wait(60) == 0, pod.log()[-3000:]
+
+    calls = counterparty.calls_per_key()
+    assert {uuid.UUID(key) for key in calls} == inputs
+    assert set(calls.values()) == {1}
+    wait = await read_wait_topic(kafka, f"{group}.wait")
+    assert set(wait.closed) == inputs and wait.open_ids == set()
+    assert all(wait.tombstones[wait_id] >= 1 for wait_id in inputs)
+    assert await read_dlq(kafka, f"{group}.dlq") == []
+    for created in (f"{group}.wait", f"{group}.dlq", topic):
+        assert await _topic_replication(kafka, created) == ({3}, "2"), created
+    if auth is ClientAuth.SCRAM:
+        assert env["WAITLINE_SASL_PASSWORD"] not in pod.log()
+
+
+@pytest.mark.timeout(120)
+async def test_a_plaintext_client_is_not_served_by_the_tls_listeners(
+    secure_cluster: SecureCluster,
+) -> None:
+    """A PLAINTEXT client on the SASL_SSL or the mTLS listeners gets no metadata: the node
+    takes its bytes for a failed TLS handshake and closes the connection."""
+    connection = secure_cluster.connection()
+    for bootstrap in (connection.bootstrap_servers, connection.mtls_bootstrap_servers):
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        with pytest.raises(KafkaConnectionError):
+            async with asyncio.timeout(60):
+                await admin.start()
+        await admin.close()
+    logs = "".join(node.log_path.read_text(errors="replace")
+                   for node in secure_cluster.nodes.values())
+    assert "SSL handshake failed" in logs
