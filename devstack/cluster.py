@@ -277,10 +277,14 @@ class SecureCluster:
                 for node in self.nodes.values()
                 for s in [_process_status(node)]]
 
-    def live_brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
+    async def brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
         """The node ids the cluster's metadata lists as brokers (registered and not fenced),
         asked over SASL_SSL; empty when no node answers."""
-        return asyncio.run(_live_brokers(self.connection(), timeout_s))
+        return await _live_brokers(self.connection(), timeout_s)
+
+    def live_brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
+        """`brokers`, for callers outside an event loop."""
+        return asyncio.run(self.brokers(timeout_s))
 
     def wait_healthy(self, node_ids: tuple[int, ...] = NODE_IDS,
                      timeout_s: float = START_TIMEOUT_S) -> None:
@@ -302,7 +306,7 @@ class SecureCluster:
                         f"{node.name} exited during start-up. Its errors:\n"
                         f"{node.startup_errors() or '(none logged)'}\n"
                         f"Last lines of its log:\n{log_tail(node.log_path)}")
-            missing = set(node_ids) - await _live_brokers(self.connection(), PROBE_TIMEOUT_S)
+            missing = set(node_ids) - await self.brokers()
             if not missing:
                 return
             if time.monotonic() > deadline:

@@ -16,7 +16,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -88,23 +88,34 @@ def _undo_command_logging() -> Iterator[None]:
         logger.setLevel(level)
 
 
+_Started = TypeVar("_Started", LocalStack, SecureCluster)
+
+
+def _up(make: Callable[[int], _Started]) -> _Started:
+    """`make(0).up()`. A port chosen free can be taken by another process before the service
+    binds it (this machine is shared): then one more try, `make(1)` on fresh ports; a real
+    failure repeats. A failed `up` stops what it started."""
+    started = make(0)
+    try:
+        started.up()
+    except StackError:
+        started = make(1)
+        started.up()
+    return started
+
+
 @pytest.fixture(scope="session")
 def local_stack() -> Iterator[LocalStack]:
     """Kafka + PostgreSQL started for this test session (started lazily, on first use)."""
     home = Path(tempfile.mkdtemp(prefix="waitline-test-"))
     home.chmod(0o755)  # the PostgreSQL server runs as `postgres` and must reach its folder
-    stack = LocalStack(home, StackPorts(*free_ports(3)))
     try:
+        stack = _up(lambda _attempt: LocalStack(home, StackPorts(*free_ports(3))))
         try:
-            stack.up()
-        except StackError:
-            # A port chosen free can be taken by another process before the service binds it
-            # (this machine is shared): one more try on fresh ports; a real failure repeats.
-            stack = LocalStack(home, StackPorts(*free_ports(3)))
-            stack.up()
-        yield stack
+            yield stack
+        finally:
+            stack.down()
     finally:
-        stack.down()
         if not os.environ.get("WAITLINE_KEEP_TEST_STACK"):
             shutil.rmtree(home, ignore_errors=True)
 
@@ -117,17 +128,13 @@ def secure_cluster() -> Iterator[SecureCluster]:
     node starts it again before it ends. Tests using it are marked `cluster`, which puts them
     in one xdist group: one worker starts it."""
     home = Path(tempfile.mkdtemp(prefix="waitline-cluster-"))
-    cluster = SecureCluster(home / "cluster", ClusterPorts.free())
     try:
+        cluster = _up(lambda attempt: SecureCluster(home / f"try-{attempt}", ClusterPorts.free()))
         try:
-            cluster.up()
-        except StackError:
-            # As for the local stack: a port taken in the meantime; once more, afresh.
-            cluster = SecureCluster(home / "again", ClusterPorts.free())
-            cluster.up()
-        yield cluster
+            yield cluster
+        finally:
+            cluster.down()
     finally:
-        cluster.down()
         if not os.environ.get("WAITLINE_KEEP_TEST_STACK"):
             shutil.rmtree(home, ignore_errors=True)
 
