@@ -342,8 +342,3 @@ def load_kafka_config(bootstrap_servers: str | None = None, *,
         raise config_error(exc, "Kafka", ENV_PREFIX) from None
     return settings.kafka()
 
-
-def client_options(bootstrap_servers: str, client_id: str = "waitline") -> dict[str, Any]:
-    """aiokafka's keyword arguments for `bootstrap_servers` with the environment's security
-    (`load_kafka_config`): for the load harness and the tools that hold only an address."""
-    return load_kafka_config(bootstrap_servers, client_id=client_id).client_options()

@@ -30,10 +30,11 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from dispatcher.handlers.http import pooled_session
 from dispatcher.kafka.clients import make_producer, producer_batch_bytes
-from dispatcher.kafka.config import client_options, load_kafka_config
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.settle import source_record
 from dispatcher.wire import tombstone_of, wait_record
+from loadtest.harness.clients import client_options
 
 POLL_TIMEOUT_MS = 100
 CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in HTTP handler connects by default

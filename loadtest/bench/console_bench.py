@@ -54,8 +54,9 @@ from dispatcher.console.app import Console, build_app
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
-from dispatcher.kafka.config import client_options, load_kafka_config
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, dlq_record
+from loadtest.harness.clients import client_options
 from loadtest.harness.processes import HarnessError
 
 CLIENT_ID = "waitline-console-bench"

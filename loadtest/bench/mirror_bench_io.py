@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 
 from dispatcher.errors import ProduceError
 from dispatcher.kafka.clients import make_producer
-from dispatcher.kafka.config import client_options, load_kafka_config
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.kafka.topics import replication_factor
 from dispatcher.wire import (
     OutgoingRecord,
@@ -36,6 +36,7 @@ from loadtest.bench.mirror_bench_core import (
     VisibleSample,
     prefill_plan,
 )
+from loadtest.harness.clients import client_options
 from loadtest.harness.topics import INPUT_PARTITIONS
 from loadtest.mock.generator import LINGER_MS, MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
 from spark_jobs.config import ReconcileConfig

@@ -11,7 +11,7 @@ from aiokafka.record.default_records import (
     _DefaultRecordBatchBuilderPy,
 )
 
-from dispatcher.kafka.config import client_options
+from loadtest.harness.clients import client_options
 from loadtest.harness.topics import create_topic
 
 MIB = 1024 * 1024

@@ -23,9 +23,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
-from dispatcher.kafka.config import client_options
 from dispatcher.ports import free_port
 from loadtest.harness.accounting import Account, Allowed, AtTheKill, Observed, account
+from loadtest.harness.clients import client_options
 from loadtest.harness.observe import (
     committed_offsets,
     end_offsets,
