@@ -26,12 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-
 from dispatcher.errors import ConfigError
 from dispatcher.kafka.clients import durable_writes
 from dispatcher.kafka.config import KafkaConfig, KafkaSecurity, env_name
-from dispatcher.kafka.diagnosis import Evidence, classify, java_error_chain
+from dispatcher.kafka.diagnosis import Evidence, classify, java_error_chain, trusted_ca
 
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -124,6 +122,8 @@ def _read(path: str, setting: str) -> str:
 
 def _pkcs8_key(security: KafkaSecurity) -> str:
     """The client key as unencrypted PKCS#8 PEM, the one form Kafka's PEM keystore reads."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 - mTLS only
+
     path = security.key_file or ""
     password = security.key_password.get_secret_value().encode() if security.key_password else None
     data = _read(path, "ssl_keyfile").encode()
@@ -195,6 +195,7 @@ def kafka_refusal(failure: str, kafka: KafkaConfig) -> str | None:
     security = kafka.security
     evidence = Evidence(address=kafka.bootstrap_servers.split(",")[0].strip(),
                         protocol=security.protocol, errors=java_error_chain(failure),
-                        mechanism=security.sasl_mechanism, username=security.sasl_username)
+                        mechanism=security.sasl_mechanism, username=security.sasl_username,
+                        trust=trusted_ca(security))
     diagnosis = classify(evidence) if evidence.errors else None
     return None if diagnosis is None else diagnosis.line()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dispatcher.kafka.config import SASL_PROTOCOLS, TLS_PROTOCOLS
+from dispatcher.kafka.config import SASL_PROTOCOLS, TLS_PROTOCOLS, KafkaSecurity
 
 PROTOCOL = "WAITLINE_SECURITY_PROTOCOL"
 BOOTSTRAP = "WAITLINE_BOOTSTRAP_SERVERS"
@@ -43,6 +43,7 @@ class Evidence:
     username: str | None = None
     listener: Listener | None = None  # None: not probed, or it answered neither way
     timeout_s: float | None = None  # set when the attempt timed out
+    trust: str | None = None  # the CA the client trusts, as a reader knows it; None: the system's
 
     @property
     def text(self) -> str:
@@ -134,10 +135,9 @@ def _tls_against_plaintext(evidence: Evidence) -> Diagnosis | None:
 def _plaintext_against_tls(evidence: Evidence) -> Diagnosis | None:
     if _uses_tls(evidence) or evidence.listener is not Listener.TLS:
         return None
-    secured = "SASL_SSL" if _uses_sasl(evidence) else "SSL"
+    secured = "SASL_SSL" if _uses_sasl(evidence) else "SSL or SASL_SSL"
     return Diagnosis(f"the listener at {evidence.address} speaks TLS but "
-                     f"{PROTOCOL}={evidence.protocol} does not (set it to {secured} or "
-                     "SASL_SSL)", PROTOCOL)
+                     f"{PROTOCOL}={evidence.protocol} does not (set it to {secured})", PROTOCOL)
 
 
 def _client_certificate_refused(evidence: Evidence) -> Diagnosis | None:
@@ -165,14 +165,19 @@ def _server_certificate_refused(evidence: Evidence) -> Diagnosis | None:
         return Diagnosis(f"the broker's certificate at {evidence.address} has expired",
                          "the broker's keystore (not a client setting)")
     if _UNTRUSTED(evidence):
-        trusted = "the configured CA" if _has_ca_hint(evidence) else "a trusted CA"
+        trusted = evidence.trust or "a CA of this machine's trust store (no CA configured)"
         return Diagnosis(f"the broker's certificate at {evidence.address} is not signed by "
                          f"{trusted}", CA)
     return None
 
 
-def _has_ca_hint(evidence: Evidence) -> bool:
-    return "local issuer" in evidence.text or "PKIX" in evidence.text
+def trusted_ca(security: KafkaSecurity) -> str | None:
+    """The CA a client of `security` trusts, as an operator knows it; None: the system's."""
+    if security.ca_file:
+        return f"the CA in {security.ca_file}"
+    if security.ca_pem:
+        return "the CA in WAITLINE_SSL_CA_PEM"
+    return None
 
 
 def _sasl_mismatch(evidence: Evidence) -> Diagnosis | None:

@@ -22,6 +22,7 @@ import re
 import ssl
 import struct
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from aiokafka.conn import create_conn
@@ -30,7 +31,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from dispatcher.errors import KafkaAccessError, KafkaUnreachableError
 from dispatcher.kafka.config import KafkaConfig
-from dispatcher.kafka.diagnosis import Evidence, Listener, diagnose
+from dispatcher.kafka.diagnosis import Evidence, Listener, diagnose, trusted_ca
 from dispatcher.secrets import mask_secrets
 
 PREFLIGHT_TIMEOUT_S = 10.0
@@ -136,7 +137,7 @@ def _evidence(kafka: KafkaConfig, address: str, exc: BaseException,
     security = kafka.security
     return Evidence(address=address, protocol=security.protocol, errors=tuple(chain),
                     mechanism=security.sasl_mechanism, username=security.sasl_username,
-                    timeout_s=timeout_s)
+                    timeout_s=timeout_s, trust=trusted_ca(security))
 
 
 def _most_telling(failures: list[Evidence]) -> Evidence:
@@ -154,10 +155,7 @@ def _ambiguous(evidence: Evidence) -> bool:
 
 
 def _with_listener(evidence: Evidence, listener: Listener | None) -> Evidence:
-    return Evidence(address=evidence.address, protocol=evidence.protocol,
-                    errors=evidence.errors, mechanism=evidence.mechanism,
-                    username=evidence.username, listener=listener,
-                    timeout_s=evidence.timeout_s)
+    return replace(evidence, listener=listener)
 
 
 async def probe_listener(host: str, port: int,

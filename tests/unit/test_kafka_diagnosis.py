@@ -38,14 +38,16 @@ TABLE = [
        "mechanism. Enabled mechanisms are: ['PLAIN']")], None, False,
      "does not enable SASL mechanism SCRAM-SHA-512", "WAITLINE_SASL_MECHANISM"),
     ("CA does not sign the broker", "SASL_SSL", [UNTRUSTED], None, False,
-     "the broker's certificate at 127.0.0.1:9093 is not signed by the configured CA",
+     "the broker's certificate at 127.0.0.1:9093 is not signed by the CA in /etc/ca.pem",
      "WAITLINE_SSL_CAFILE (or WAITLINE_SSL_CA_PEM)"),
     ("CA does not sign the broker, Java's words", "SSL",
      [("SslAuthenticationException", "SSL handshake failed"), JAVA_UNTRUSTED], None, False,
-     "is not signed by the configured CA", "WAITLINE_SSL_CAFILE"),
+     "is not signed by the CA in /etc/ca.pem", "WAITLINE_SSL_CAFILE"),
     ("self-signed broker, system CAs", "SSL",
      [("SSLCertVerificationError", "certificate verify failed: self-signed certificate in "
-       "certificate chain")], None, False, "is not signed by a trusted CA", "WAITLINE_SSL_CAFILE"),
+       "certificate chain")], None, False,
+     "is not signed by a CA of this machine's trust store (no CA configured)",
+     "WAITLINE_SSL_CAFILE"),
     ("host name not in the certificate", "SSL",
      [("SSLCertVerificationError", "certificate verify failed: IP address mismatch, "
        "certificate is not valid for '127.0.0.1'.")], None, False,
@@ -63,11 +65,11 @@ TABLE = [
                            "required")], None, False,
      "refused the TLS client authentication", "WAITLINE_SSL_CERTFILE"),
     ("plaintext client, TLS listener (closed)", "PLAINTEXT", [CLOSED], Listener.TLS, False,
-     "speaks TLS but WAITLINE_SECURITY_PROTOCOL=PLAINTEXT does not (set it to SSL",
+     "speaks TLS but WAITLINE_SECURITY_PROTOCOL=PLAINTEXT does not (set it to SSL or SASL_SSL)",
      "WAITLINE_SECURITY_PROTOCOL"),
     ("sasl-plaintext client, TLS listener (timeout)", "SASL_PLAINTEXT", [TIMEOUT], Listener.TLS,
      True, "speaks TLS but WAITLINE_SECURITY_PROTOCOL=SASL_PLAINTEXT does not (set it to "
-     "SASL_SSL", "WAITLINE_SECURITY_PROTOCOL"),
+     "SASL_SSL)", "WAITLINE_SECURITY_PROTOCOL"),
     ("TLS client, plaintext listener", "SSL",
      [("SSLEOFError", "EOF occurred in violation of protocol (_ssl.c:1006)")],
      Listener.PLAINTEXT, False,
@@ -115,7 +117,8 @@ def test_a_failed_connection_is_one_cause_and_the_setting_to_change(row: tuple[A
     evidence = Evidence(address=ADDRESS, protocol=protocol, errors=tuple(errors),
                         mechanism="SCRAM-SHA-512" if sasl else None,
                         username="waitline" if sasl else None, listener=listener,
-                        timeout_s=10.0 if timed_out else None)
+                        timeout_s=10.0 if timed_out else None,
+                        trust=None if "system CAs" in row[0] else "the CA in /etc/ca.pem")
     diagnosis = diagnose(evidence)
     assert cause in diagnosis.cause
     assert diagnosis.unreachable == cause.startswith("cannot reach Kafka at 127.0.0.1:9093:")

@@ -210,8 +210,8 @@ during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-5
                    "WAITLINE_SASL_PASSWORD"),
     ("Caused by: javax.net.ssl.SSLHandshakeException: PKIX path building failed: unable to find "
      "valid certification path to requested target",
-     "the broker's certificate at b1:9093 is not signed by the configured CA; check "
-     "WAITLINE_SSL_CAFILE (or WAITLINE_SSL_CA_PEM)"),
+     "the broker's certificate at b1:9093 is not signed by a CA of this machine's trust store "
+     "(no CA configured); check WAITLINE_SSL_CAFILE (or WAITLINE_SSL_CA_PEM)"),
     ("Caused by: org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
      "assignment. Call: listNodes", None),
     ("Caused by: java.lang.IllegalStateException: the connection was closed", None),
