@@ -17,11 +17,8 @@ import ssl
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -29,6 +26,9 @@ from dispatcher.durations import duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import config_error
 from dispatcher.secrets import register_secret
+
+if TYPE_CHECKING:  # cryptography loads only where a client certificate is configured
+    from cryptography import x509
 
 MAX_RECORD_BYTES = 8 * 1024 * 1024
 ENV_PREFIX = "WAITLINE_"
@@ -283,6 +283,8 @@ def _client_certificate_problem(settings: KafkaClientSettings) -> str | None:
         if _given(settings.ssl_key_password):
             return f"{password_var} is set without {keyfile}"
         return None
+    from cryptography import x509  # noqa: PLC0415 - only for a client certificate
+
     try:
         certificate = x509.load_pem_x509_certificates(Path(cert).read_bytes())[0]
     except ValueError:
@@ -304,6 +306,9 @@ def _client_certificate_problem(settings: KafkaClientSettings) -> str | None:
 
 def _private_key_problem(data: bytes, password: str) -> str | None:
     """Why `data` is not a PEM private key that `password` opens; None when it is."""
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415 - see above
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     encrypted = b"ENCRYPTED" in data
     if encrypted and not password:
         return f"is encrypted: set {env_name('ssl_key_password')}"
