@@ -147,7 +147,7 @@ REFUSALS: list[tuple[dict[str, str], list[str]]] = [
      ["WAITLINE_SSL_CERTFILE", "holds no PEM certificate"]),
     ({"security_protocol": "SSL", "ssl_certfile": "cert", "ssl_keyfile": "not_pem"},
      ["WAITLINE_SSL_KEYFILE", "no PEM"]),
-    ({"security_protocol": "SSL", "ssl_certfile": "expired_cert", "ssl_keyfile": "key"},
+    ({"security_protocol": "SSL", "ssl_certfile": "expired_cert", "ssl_keyfile": "expired_key"},
      ["WAITLINE_SSL_CERTFILE", "expired on"]),
     ({"metadata_max_age": "soon"}, ["WAITLINE_METADATA_MAX_AGE"]),
 ]
