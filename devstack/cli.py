@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from typing import Annotated
 
@@ -11,7 +12,9 @@ from rich.table import Table
 
 from devstack.cluster import ClientAuth, ClusterConnection
 from devstack.stack import LocalStack
-from dispatcher.errors import WaitlineError
+from dispatcher.errors import ConfigError, KafkaUnreachableError, WaitlineError
+from dispatcher.kafka.config import ENV_PREFIX, KafkaClientSettings, load_kafka_config
+from dispatcher.kafka.preflight import run_check
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 from dispatcher.paths import state_dir
 
@@ -86,11 +89,14 @@ def status(
              "never printed).")] = None,
 ) -> None:
     """Show each service, its port and health (exit code 1: one is not healthy); for the
-    secured cluster, also what a client needs: bootstrap servers, CA, certificate, user."""
+    secured cluster, also what a client needs: bootstrap servers, CA, certificate, user. When
+    the environment configures Kafka (WAITLINE_BOOTSTRAP_SERVERS, _SECURITY_PROTOCOL, _SASL_*,
+    _SSL_*), also whether every command reaches it with that (exit code 2: not, and why)."""
     stack = _stack()
     if env is not None:
         _print_exports(stack, env)
         return
+    client_line, client_ok = _client_check()
     cluster = cluster or stack.cluster.running()
     services = stack.status(cluster=cluster)
     conn = stack.connection()
@@ -105,6 +111,8 @@ def status(
             "services": [asdict(s) for s in services]}
         if client is not None:
             report["cluster"] = _client_report(client)
+        if client_line is not None:
+            report["kafka_client"] = {"ok": client_ok, "line": client_line}
         echo_json_lines([report])
     else:
         table = Table("service", "state", "port", "pid", "endpoint", "log")
@@ -115,8 +123,32 @@ def status(
         console.print(table)
         if client is not None:
             _print_client(client, stack.postgres.dsn)
+        if client_ok and client_line is not None:
+            console.print(client_line, highlight=False, soft_wrap=True, markup=False)
+    if not client_ok:
+        err_console.print(f"error: {client_line}", highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(2)
     if not all(s.healthy for s in services):
         raise typer.Exit(1)
+
+
+_CLIENT_VARIABLES = frozenset(f"{ENV_PREFIX}{name.upper()}"
+                              for name in KafkaClientSettings.model_fields) - {"WAITLINE_CLIENT_ID"}
+
+
+def _client_check() -> tuple[str | None, bool]:
+    """Whether the Kafka configuration of this environment reaches Kafka, as every command
+    would (the settings' checks, then the pre-flight check): (the line to print, True when it
+    does); (None, True) when the environment configures no Kafka client."""
+    if not _CLIENT_VARIABLES & os.environ.keys():
+        return None, True
+    try:
+        kafka = load_kafka_config(client_id="waitline-dev-status")
+        run_check(kafka)
+    except (ConfigError, KafkaUnreachableError) as exc:
+        return str(exc), False
+    return (f"clients: the WAITLINE_* variables reach Kafka at {kafka.bootstrap_servers} "
+            f"({kafka.security.describe()})"), True
 
 
 def _client_report(client: ClusterConnection) -> dict[str, str]:
