@@ -18,7 +18,7 @@ from dispatcher.kafka.preflight import run_check
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 from dispatcher.paths import state_dir
 
-app = typer.Typer(help="Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker; "
+app = typer.Typer(help="Run a local Kafka (KRaft) and PostgreSQL on loopback, no Docker.\n\n"
                        "--cluster: three Kafka nodes with TLS and SASL instead of one broker.",
                   epilog="Example: waitline dev up && waitline dev status",
                   no_args_is_help=True, add_completion=False)
@@ -88,10 +88,12 @@ def status(
              "SCRAM or with the mTLS client certificate (the password is read from its file, "
              "never printed).")] = None,
 ) -> None:
-    """Show each service, its port and health (exit code 1: one is not healthy); for the
-    secured cluster, also what a client needs: bootstrap servers, CA, certificate, user. When
-    the environment configures Kafka (WAITLINE_BOOTSTRAP_SERVERS, _SECURITY_PROTOCOL, _SASL_*,
-    _SSL_*), also whether every command reaches it with that (exit code 2: not, and why)."""
+    """Show each service, its port and health, and whether this environment reaches Kafka.
+
+    Exit code 1: a service is not healthy. For the secured cluster, also what a client needs:
+    bootstrap servers, CA, certificate, user. When the environment configures Kafka
+    (WAITLINE_BOOTSTRAP_SERVERS, _SECURITY_PROTOCOL, _SASL_*, _SSL_*), also whether every
+    command reaches it with that (exit code 2: not, and why)."""
     stack = _stack()
     if env is not None:
         _print_exports(stack, env)
