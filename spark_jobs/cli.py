@@ -115,8 +115,9 @@ def reconcile(
     kafka_option: Annotated[
         list[str] | None,
         typer.Option(
-            help="Kafka client property for the source and the DLQ sink, repeatable: "
-            "kafka.security.protocol=SASL_SSL"
+            help="Extra Kafka client property for the source and the DLQ sink, repeatable: "
+            "kafka.client.dns.lookup=use_all_dns_ips. Security comes from the WAITLINE_* "
+            "variables; an option that contradicts them is refused."
         ),
     ] = None,
 ) -> None:

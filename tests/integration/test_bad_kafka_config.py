@@ -68,3 +68,20 @@ def test_an_unreachable_bootstrap_is_one_line_from_every_component(
             outcome = run_in_process(component, argv)
             assert_one_clear_line(outcome, line, UNREACHABLE_EXIT[component])
             assert outcome.seconds < DEADLINE_S, outcome
+
+
+def test_a_kafka_option_contradicting_the_environment_is_one_line_before_any_connection(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`waitline reconcile --kafka-option` against the WAITLINE_* security: exit code 2 and one
+    line naming both, the password in neither (no broker: refused before the pre-flight)."""
+    environment(monkeypatch, tmp_path, {
+        "WAITLINE_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}",
+        "WAITLINE_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "WAITLINE_SASL_MECHANISM": "SCRAM-SHA-512",
+        "WAITLINE_SASL_USERNAME": "waitline", "WAITLINE_SASL_PASSWORD": "a-password"})
+    argv = [*components("contradicted", "orders")["reconcile"],
+            "--kafka-option", "kafka.security.protocol=PLAINTEXT"]
+    outcome = run_in_process("reconcile", argv)
+    assert_one_clear_line(outcome, outcome.error_lines[0].removeprefix("error: "))
+    assert ("--kafka-option kafka.security.protocol=PLAINTEXT contradicts "
+            "WAITLINE_SECURITY_PROTOCOL=SASL_PLAINTEXT") in outcome.error_lines[0]
+    assert "a-password" not in outcome.stderr
