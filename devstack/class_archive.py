@@ -38,6 +38,7 @@ from typing import Any
 from pyspark import SparkContext
 
 from connectors.rows import plan_batch
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.wire.encode import tombstone_of, wait_record
 from dispatcher.wire.model import SourceRecord
 from spark_jobs.class_archive import (
@@ -163,7 +164,7 @@ def _meet_no_broker(spark: Any, work: Path) -> None:
     Kafka client's classes, then fails within seconds."""
     config = ReconcileConfig(
         group="waitline-cds", wait_topic="waitline-cds.wait", dlq_topic="waitline-cds.dlq",
-        bootstrap_servers=_NO_BROKER, pg_dsn="postgresql://unused", once=True,
+        kafka=KafkaConfig(_NO_BROKER, "waitline-cds"), pg_dsn="postgresql://unused", once=True,
         checkpoint_dir=str(work / "kafka-checkpoint"), kafka_options=_NO_BROKER_OPTIONS,
     )  # fmt: skip
     query = (wait_topic_stream(spark, config).writeStream.foreachBatch(_plan_batch)

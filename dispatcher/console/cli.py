@@ -29,8 +29,9 @@ from dispatcher.console.store import Store
 from dispatcher.console.tls import server_context
 from dispatcher.dlq.records import resolve_dlq_topic
 from dispatcher.endpoints import resolve_pg_dsn
-from dispatcher.errors import ConfigError
-from dispatcher.kafka.config import KafkaClientSettings
+from dispatcher.errors import ConfigError, KafkaUnreachableError
+from dispatcher.kafka.config import load_kafka_config
+from dispatcher.kafka.preflight import run_check
 from dispatcher.logs import configure_logging
 
 app = typer.Typer(help="Serve the Waitline console: the DLQ, the wait registry, redrive.",
@@ -91,13 +92,16 @@ def console(
         context = _tls_context(settings)
         topic = resolve_dlq_topic(group, dlq_topic)
         waits = wait_topic or (f"{group}.wait" if group else topic.removesuffix(".dlq") + ".wait")
-        kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
-                                    client_id="waitline-console").kafka()
+        kafka = load_kafka_config(bootstrap_servers, client_id="waitline-console")
         served = Console(settings, topic, waits, [group] if group else [], kafka,
                          Store(resolve_pg_dsn(dsn)), watch)
+        run_check(kafka)  # the Kafka view and redrive need it: say now if it refuses us
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except KafkaUnreachableError as exc:  # the DLQ index and the registry still serve
+        log.warning("Kafka unreachable: the Kafka view and redrive fail until it answers: %s",
+                    exc)
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)
         log.warning("%s", warning)

@@ -54,7 +54,8 @@ from dispatcher.dlq.views import (
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import EndpointNotConfiguredError, resolve_pg_dsn
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
-from dispatcher.kafka.config import KafkaClientSettings
+from dispatcher.kafka.config import KafkaConfig, load_kafka_config
+from dispatcher.kafka.preflight import check_kafka_access
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 
 app = typer.Typer(help="Inspect and replay the records a dispatcher sent to its DLQ.",
@@ -117,14 +118,14 @@ def _run(command: Callable[[KafkaSession], Awaitable[T]], bootstrap_servers: str
     """Run `command` in a Kafka session; a WaitlineError prints one line and exits 1 or 2."""
     logging.getLogger("asyncio").addFilter(_FENCED_LEFTOVERS)  # adding it twice adds it once
 
-    async def in_session() -> T:
-        settings = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
-                                       client_id="waitline-dlq")
-        async with KafkaSession(settings.kafka()) as session:
+    async def in_session(kafka: KafkaConfig) -> T:
+        await check_kafka_access(kafka)  # a refused login or certificate: one line, fast
+        async with KafkaSession(kafka) as session:
             return await command(session)
 
     try:
-        return asyncio.run(in_session())
+        return asyncio.run(in_session(load_kafka_config(bootstrap_servers,
+                                                        client_id="waitline-dlq")))
     except WaitlineError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2 if isinstance(exc, ConfigError | TopicSetupError) else 1) from exc

@@ -166,13 +166,29 @@ def producer_batch_bytes(topic_limits: Mapping[str, int]) -> int:
     return min([PRODUCER_BATCH_BYTES, *topic_limits.values()])
 
 
+def durable_writes() -> dict[str, Any]:
+    """The producer settings of every writer whose records must be neither lost nor written
+    twice by a retry: the pod (prepares, outcomes, tombstones), the DLQ replay and the console's
+    redrive, the expiry sweep (aiokafka, and Spark's sink through
+    `spark_jobs.kafka_options.spark_producer_options`). Every in-sync replica acknowledges
+    (acks=all: on a cluster with min.insync.replicas=2 a write survives a broker's loss), the
+    idempotent producer writes a retried batch once, and records up to MAX_RECORD_BYTES go."""
+    return {"acks": "all", "enable_idempotence": True, "max_request_size": MAX_RECORD_BYTES}
+
+
+DURABILITY = frozenset({"acks", "enable_idempotence"})  # what no writer may override
+
+
 def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:
+    """An aiokafka producer with `durable_writes` and the pod's tuning; `overrides` tune it
+    (linger, batch size, a transactional id) but may not weaken its durability."""
+    weakened = DURABILITY & overrides.keys()
+    if weakened:
+        raise ValueError(f"a writer's {', '.join(sorted(weakened))} is durable_writes()'s")
     options: dict[str, Any] = {
         **kafka.client_options(),
-        "acks": "all",
-        "enable_idempotence": True,
+        **durable_writes(),
         "linger_ms": 0,  # measured: 2 ms of linger doubles the ack wait at small windows
-        "max_request_size": MAX_RECORD_BYTES,
         "request_timeout_ms": 30_000,
     }
     options.update(overrides)

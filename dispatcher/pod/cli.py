@@ -159,7 +159,10 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
         configure_logging(settings.log_format, settings.log_level)
         tracing.configure()  # OTEL_* variables: a bad one fails here, before Kafka is touched
         if settings.workers > 1:
+            from dispatcher.kafka.preflight import run_check  # noqa: PLC0415 - keep --help fast
             from dispatcher.pod.workers import run_workers  # noqa: PLC0415 - keep --help fast
+
+            run_check(settings.kafka())  # once, before any worker starts
 
             raise typer.Exit(run_workers(settings, sys.argv[1:]))
         run_event_loop(run_pod(settings), settings.event_loop)

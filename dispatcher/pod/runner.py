@@ -33,6 +33,7 @@ from dispatcher.kafka.clients import (
     stop_quietly,
 )
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.preflight import check_kafka_access
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.batch import BatchEngine
@@ -73,7 +74,7 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
             f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
-            f"({kafka.security_protocol}); "
+            f"({kafka.security.describe()}); "
             + (f"handler={settings.handler}" if settings.handler
                else f"counterparty={settings.counterparty_url}"))
 
@@ -98,6 +99,9 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         loop.add_signal_handler(signum, _stopper(stop, signum))
     log.info("starting: %s", describe(settings, kafka, topics))
     try:
+        # One line naming a refused login or certificate, a wrong protocol, within seconds:
+        # before any topic is created or client started.
+        await check_kafka_access(kafka)
         limits = await ensure_topics(kafka, topics,
                                      with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
     except BaseException:

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_settings import SettingsConfigDict
 
 from dispatcher.durations import as_field_error, duration_s
-from dispatcher.errors import ConfigError
+from dispatcher.errors import ConfigError, one_line_or_list
 from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
@@ -309,4 +309,4 @@ def load_settings(**flags: Any) -> DispatchSettings:
             # A check across fields has no location; its message names the flags itself.
             problems.append(f"--{field.replace('_', '-')} (or WAITLINE_{field.upper()}): "
                             f"{message}" if field else message)
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
+        raise ConfigError(one_line_or_list("invalid configuration", problems)) from exc

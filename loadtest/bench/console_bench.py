@@ -56,10 +56,12 @@ from dispatcher.console.app import Console, build_app
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn
-from dispatcher.kafka.config import KafkaClientSettings
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.wire import Failure, OutgoingRecord, SourceRecord, dlq_record
+from loadtest.harness.clients import client_options
 from loadtest.harness.processes import HarnessError
 
+CLIENT_ID = "waitline-console-bench"
 FULL_RECORDS = 1_000_000  # make bench
 DEFAULT_RECORDS = 100_000  # `waitline loadtest console-bench` alone: a few minutes
 DLQ_PARTITIONS = 8
@@ -108,8 +110,7 @@ async def _console(dlq_topic: str, bootstrap: str, dsn: str,
     settings = ConsoleSettings(
         credentials={"bench": Credential(role=Role.OPERATOR, token=SecretStr(token))},
         port=_free_port(), max_rate=100_000)
-    kafka = KafkaClientSettings(bootstrap_servers=bootstrap,
-                                client_id="waitline-console-bench").kafka()
+    kafka = load_kafka_config(bootstrap, client_id=CLIENT_ID)
     console = Console(settings, dlq_topic, dlq_topic.removesuffix(".dlq") + ".wait", [], kafka,
                       Store(dsn))
     runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=5)
@@ -164,7 +165,7 @@ async def produce_dlq(bootstrap: str, dlq_topic: str, records: int) -> float:
     """Create `dlq_topic` (and its group's empty wait topic, which the job checks) and write
     `records` bench DLQ records to it; returns the seconds the writes took."""
     group = dlq_topic.removesuffix(".dlq")
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, CLIENT_ID))
     await admin.start()
     try:
         await admin.create_topics([
@@ -184,7 +185,7 @@ async def produce_all(bootstrap: str, topic: str,
                       records: Iterable[tuple[OutgoingRecord, int | None, int | None]]) -> None:
     """Write each (record, partition, timestamp ms) to `topic` (None: the producer's choice),
     awaiting the acknowledgements 10,000 records at a time."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
+    producer = AIOKafkaProducer(**client_options(bootstrap, CLIENT_ID), acks="all", linger_ms=20,
                                 max_batch_size=512 * 1024)
     await producer.start()
     try:
@@ -255,7 +256,7 @@ def mark_replayed(dsn: str, dlq_topic: str, records: int) -> None:
 
 async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
     """Remove the bench's topics (a failure here must not hide the one that ended the bench)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, CLIENT_ID))
     with contextlib.suppress(KafkaError):
         await admin.start()
         try:
@@ -335,7 +336,7 @@ class RedriveFigures:
 
 
 async def _fill_dlq(bootstrap: str, group: str, orders: str, count: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(bootstrap, CLIENT_ID))
     await admin.start()
     try:
         await admin.create_topics([NewTopic(orders, 4, 1), NewTopic(f"{group}.dlq", 4, 1)])
@@ -350,7 +351,7 @@ async def _fill_dlq(bootstrap: str, group: str, orders: str, count: int) -> None
 
 async def count_topic(bootstrap: str, topic: str) -> Counter[bytes | None]:
     """How often each key was written to `topic` (committed records only)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_options(bootstrap, CLIENT_ID), enable_auto_commit=False,
                                 isolation_level="read_committed")
     await consumer.start()
     keys: Counter[bytes | None] = Counter()

@@ -25,6 +25,7 @@ from aiokafka.errors import KafkaError
 
 from dispatcher.ports import free_port
 from loadtest.harness.accounting import Account, Allowed, AtTheKill, Observed, account
+from loadtest.harness.clients import client_options
 from loadtest.harness.observe import (
     committed_offsets,
     end_offsets,
@@ -47,8 +48,9 @@ class CommitWatch:
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, committed, end)
 
     async def run(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        options = client_options(self.bootstrap, "waitline-chaos")
+        admin = AIOKafkaAdminClient(**options)
+        consumer = AIOKafkaConsumer(**options, enable_auto_commit=False)
         await admin.start()
         await consumer.start()
         try:

@@ -250,7 +250,7 @@ def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
 
 
 def kafka_config(dlq: Dlq) -> KafkaConfig:
-    return KafkaConfig(dlq.bootstrap, "test", "PLAINTEXT", None, None, None, None, None, None)
+    return KafkaConfig(dlq.bootstrap, "test")
 
 
 async def plan_and_replay(dlq: Dlq) -> ReplayOutcome:

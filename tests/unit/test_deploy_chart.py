@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -554,9 +555,27 @@ def environment(env: dict[str, str]) -> Iterator[None]:
 
 
 def settings_from(env: dict[str, str]) -> DispatchSettings:
-    """The pod's settings from the container's variables alone (the environment it runs in)."""
-    with environment(env):
+    """The pod's settings from the container's variables alone (the environment it runs in);
+    a mounted certificate or key is a real PEM file here, as the settings read and check it."""
+    with (tempfile.TemporaryDirectory() as root,
+          environment({**env, **stand_in_pem_files(env, Path(root))})):
         return load_settings()
+
+
+def stand_in_pem_files(env: dict[str, str], root: Path) -> dict[str, str]:
+    """For each of the CA, certificate and key variables in `env`, a file under `root` with a
+    real certificate (a CA too) or its key."""
+    pem_vars = ("WAITLINE_SSL_CAFILE", "WAITLINE_SSL_CERTFILE", "WAITLINE_SSL_KEYFILE")
+    if not any(name in env for name in pem_vars):
+        return {}
+    cert, key = certificate_and_key()
+    files = {}
+    for name in pem_vars:
+        if name in env:
+            path = root / name.lower()
+            path.write_bytes(key if name.endswith("KEYFILE") else cert)
+            files[name] = str(path)
+    return files
 
 
 def test_settings_the_chart_owns_are_refused_in_settings() -> None:
@@ -643,9 +662,6 @@ KAFKA_SETTINGS_LEFT_TO_THE_PROGRAM = {
     "metadata_max_age": "a `waitline dispatch` flag: dispatcher.settings.metadata-max-age",
     "ssl_ca_pem": "the chart mounts the CA as a file (kafka.tls.ca): WAITLINE_SSL_CAFILE",
 }
-# The settings the secconf branch (issue 39) adds to KafkaClientSettings: placed above already,
-# so the chart and the one configuration agree the moment it is merged. Empty that set then.
-KAFKA_SETTINGS_ON_THEIR_WAY = {"ssl_ca_pem", "ssl_key_password", "ssl_check_hostname"}
 # The optional ones, rendered only when their value is set (those the CI values files leave out).
 KAFKA_SETTINGS_WHEN_SET = {"ssl_key_password", "ssl_check_hostname"}
 
@@ -656,7 +672,7 @@ def test_the_chart_places_every_kafka_setting() -> None:
     assert fields <= placed, (
         f"KafkaClientSettings has {sorted(fields - placed)} the chart does not set: give each "
         "a kafka.* value (deploy/helm/waitline) or say why not")
-    assert placed - fields <= KAFKA_SETTINGS_ON_THEIR_WAY, (
+    assert placed <= fields, (
         f"the chart places {sorted(placed - fields)}, which KafkaClientSettings does not have")
 
 
@@ -1391,6 +1407,22 @@ def test_executor_pod_names_stay_within_sparks_limit_for_a_long_release() -> Non
                      if c["metadata"]["name"].endswith("spark-conf")]
     prefix = spark_defaults(config_map)["spark.kubernetes.executor.podNamePrefix"]
     assert len(prefix) <= 47 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", prefix)
+
+
+def test_the_reconcile_job_reads_kafka_from_the_pods_variables_never_its_arguments() -> None:
+    """One security configuration: the job's container gets the pod's Kafka variables (the
+    password from the Secret) and no --kafka-option, so no credential is on a command line."""
+    cron = only("CronJob", full_values())
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    kafka = {name for name in literal_env(dispatcher_container(full_values()))
+             if name.startswith(("WAITLINE_BOOTSTRAP", "WAITLINE_SECURITY", "WAITLINE_SASL",
+                                 "WAITLINE_SSL"))}
+    assert "WAITLINE_SASL_PASSWORD" in kafka
+    job_env = {var["name"]: var for var in container["env"]}
+    assert kafka <= set(job_env)
+    assert "value" not in job_env["WAITLINE_SASL_PASSWORD"]
+    assert "--kafka-option" not in container["args"]
+    assert not any("SASL" in arg or "jaas" in arg for arg in container["args"])
 
 
 def test_the_cron_job_runs_once_and_never_beside_another() -> None:

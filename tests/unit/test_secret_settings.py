@@ -75,7 +75,15 @@ def test_basic_password_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert_registered(SECRET)
 
 
+def sasl_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings a SASL password goes with (without them it is refused as ignored)."""
+    for name, value in (("SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+                        ("SASL_MECHANISM", "SCRAM-SHA-512"), ("SASL_USERNAME", "waitline")):
+        monkeypatch.setenv(f"WAITLINE_{name}", value)
+
+
 def test_the_sasl_password_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sasl_login(monkeypatch)
     monkeypatch.setenv("WAITLINE_SASL_PASSWORD_FILE", secret_file(tmp_path, SECRET))
     password = KafkaClientSettings().sasl_password
     assert password is not None and password.get_secret_value() == SECRET
@@ -84,6 +92,7 @@ def test_the_sasl_password_from_a_file(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_the_sasl_password_from_the_environment_registers(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    sasl_login(monkeypatch)
     monkeypatch.setenv("WAITLINE_SASL_PASSWORD", SECRET)
     assert KafkaClientSettings().sasl_password is not None
     assert_registered(SECRET)

@@ -1,23 +1,5 @@
 {{/* The reconciliation job's pod (the long-running driver's and the CronJob's). */}}
 
-{{/*
---kafka-option flags for Spark's Kafka source and sink; the SASL credentials are the container's
-variables, which Kubernetes substitutes into the argument ($(NAME)).
-*/}}
-{{- define "waitline.reconcileKafkaArgs" -}}
-{{- $k := .Values.kafka -}}
-{{- $args := list -}}
-{{- if ne $k.securityProtocol "PLAINTEXT" -}}
-{{- $args = concat $args (list "--kafka-option" (printf "kafka.security.protocol=%s" $k.securityProtocol)) -}}
-{{- end -}}
-{{- if include "waitline.kafkaSasl" . -}}
-{{- $module := ternary "org.apache.kafka.common.security.plain.PlainLoginModule" "org.apache.kafka.common.security.scram.ScramLoginModule" (eq $k.sasl.mechanism "PLAIN") -}}
-{{- $jaas := printf "%s required username=\"$(WAITLINE_SASL_USERNAME)\" password=\"$(WAITLINE_SASL_PASSWORD)\";" $module -}}
-{{- $args = concat $args (list "--kafka-option" (printf "kafka.sasl.mechanism=%s" $k.sasl.mechanism) "--kafka-option" (printf "kafka.sasl.jaas.config=%s" $jaas)) -}}
-{{- end -}}
-{{- toJson $args -}}
-{{- end -}}
-
 {{/* The master the job's --master flag names (reconcile.master: k8s is this cluster). */}}
 {{- define "waitline.sparkMaster" -}}
 {{- $master := .Values.reconcile.master -}}
@@ -99,7 +81,7 @@ containers:
     image: {{ include "waitline.reconcileImage" $root | quote }}
     imagePullPolicy: {{ $root.Values.reconcileImage.pullPolicy }}
     args:
-      {{- toYaml (concat $args (include "waitline.reconcileKafkaArgs" $root | fromJsonArray) $r.extraArgs) | nindent 6 }}
+      {{- toYaml (concat $args $r.extraArgs) | nindent 6 }}
     ports:
       - name: metrics
         containerPort: {{ $r.metricsPort }}
