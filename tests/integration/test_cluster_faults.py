@@ -1,8 +1,8 @@
 """The fault suite on the secured three-node cluster (loadtest/faults/cluster_faults.py): one
 test per broker fault, each a real pod under load over SASL_SSL with every record accounted for,
-none lost, the commit watermark held and repeated calls within DESIGN's bound. The cheapest
-runs in `make test`; all of them in `make chaos-cluster` (marker `chaos`, `--chaos`), which
-prints each scenario's row of docs/RELIABILITY.md's cluster table."""
+none lost, the commit watermark held and repeated calls within DESIGN's bound. None runs in
+`make test` yet (each takes minutes); all of them in `make chaos-cluster` (marker `chaos`,
+`--chaos`), which prints each scenario's row of docs/RELIABILITY.md's cluster table."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from loadtest.harness.cluster import ClusterView
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow]
 
-CHEAP = ("controller",)  # the one `make test` runs (~1 min on a quiet machine)
+# The scenarios `make test` runs: none for now. Each took 8 min on the shared machine (the
+# controller kill 503 s, its backlog drained 108 s after the node returned), far over the
+# minute `make test` can give them; make chaos-cluster runs them all.
+CHEAP: tuple[str, ...] = ()
 
 
 @pytest.fixture
