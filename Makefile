@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit simulate lint demo bench chaos up down status clean
+.PHONY: setup test test-unit simulate lint demo bench chaos chaos-cluster up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -45,6 +45,11 @@ demo: setup
 chaos: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest chaos --scale full --out docs/RELIABILITY.md
+
+# The broker faults on the secured three-node cluster (docs/RELIABILITY.md, "Cluster"): the test
+# session starts its own cluster; each scenario prints its row of the table (~20 min).
+chaos-cluster: setup
+	$(VENV)/pytest --chaos -s tests/integration/test_cluster_faults.py
 
 bench: setup
 	$(VENV)/waitline dev up

@@ -46,10 +46,20 @@ def _service_group(item: pytest.Item) -> str | None:
     return next((name for name in SERVICE_GROUPS if item.get_closest_marker(name)), None)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--chaos", action="store_true",
+                     help="run the long fault scenarios (marker `chaos`; make chaos-cluster)")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Iterator[None]:
+    if not config.getoption("chaos"):
+        for item in items:
+            if item.get_closest_marker("chaos"):
+                item.add_marker(pytest.mark.skip(reason="a long fault scenario: make "
+                                                        "chaos-cluster (pytest --chaos)"))
     grouped = [(item, group) for item in items if (group := _service_group(item))]
     if config.pluginmanager.hasplugin("xdist"):
         for item, group in grouped:

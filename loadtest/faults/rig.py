@@ -188,10 +188,20 @@ class Rig:
         pod.send_signal(signal.SIGKILL)
         await asyncio.to_thread(pod.wait)
         self.exits[name] = pod.returncode
+        await self.note_fault()
+
+    async def note_fault(self) -> AtTheKill:
+        """Note what Kafka holds at a fault the pod lives through (a broker killed, frozen,
+        restarted): like a pod's kill, a fault may end in a rebalance that fetches again from
+        the committed offset, so it adds its window and the records prepared since the last
+        commit to the bound on repeated calls."""
+        # The offsets first: a live pod may commit past records it prepares after the wait
+        # topic was read, never past one it has not prepared.
+        committed = await committed_offsets(self.bootstrap, self.group, self.topic)
         wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
-        self.kills.append(AtTheKill(
-            committed=await committed_offsets(self.bootstrap, self.group, self.topic),
-            prepared=wait.seen, closed=wait.closed))
+        noted = AtTheKill(committed=committed, prepared=wait.seen, closed=wait.closed)
+        self.kills.append(noted)
+        return noted
 
     async def wait_joined(self, name: str, timeout_s: float = 60.0) -> None:
         """Until the pod has joined its group (a SIGTERM before its signal handlers are set

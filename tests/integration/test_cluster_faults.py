@@ -1,0 +1,63 @@
+"""The fault suite on the secured three-node cluster (loadtest/faults/cluster_faults.py): one
+test per broker fault, each a real pod under load over SASL_SSL with every record accounted for,
+none lost, the commit watermark held and repeated calls within DESIGN's bound. None runs in
+`make test` yet (each takes minutes); all of them in `make chaos-cluster` (marker `chaos`,
+`--chaos`), which prints each scenario's row of docs/RELIABILITY.md's cluster table."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from devstack.cluster import SecureCluster
+from loadtest.faults.cluster_faults import CLUSTER_SCENARIOS, ClusterContext
+from loadtest.harness.accounting import Outcome
+from loadtest.harness.cluster import ClusterView
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow]
+
+# The scenarios `make test` runs: none for now. Each took 8 min on the shared machine (the
+# controller kill 503 s, its backlog drained 108 s after the node returned), far over the
+# minute `make test` can give them; make chaos-cluster runs them all.
+CHEAP: tuple[str, ...] = ()
+
+
+@pytest.fixture
+def cluster_env(secure_cluster: SecureCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client of the run (the rig's readers, the generator, the pod it spawns) pointed at
+    the cluster by the `WAITLINE_*` environment alone, SCRAM-SHA-512 over TLS."""
+    for name, value in secure_cluster.connection().env().items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+async def context(secure_cluster: SecureCluster, cluster_env: None,
+                  tmp_path: Path) -> AsyncIterator[ClusterContext]:
+    """The scenario's view of the cluster; afterwards every node runs and every ISR is full."""
+    async with ClusterView(secure_cluster.connection().kafka_config()) as view:
+        try:
+            yield ClusterContext(secure_cluster, view, tmp_path, print)
+        finally:
+            for node in secure_cluster.nodes.values():
+                if node.pid() is None:
+                    node.start()
+                else:
+                    node.thaw()
+            await secure_cluster.serving()
+            await view.wait_isr_full(timeout_s=240)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("scenario", [
+    pytest.param(name, marks=() if name in CHEAP else pytest.mark.chaos)
+    for name in CLUSTER_SCENARIOS])
+async def test_a_broker_fault_under_load_loses_nothing(scenario: str,
+                                                       context: ClusterContext) -> None:
+    result = await CLUSTER_SCENARIOS[scenario].run(context, scenario)
+    print(result.row())
+    print(f"  measured: {result.measured}")
+    assert result.account.count(Outcome.LOST) == 0
+    assert result.ok, result.row()
+    assert result.records > 0
