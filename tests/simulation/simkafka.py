@@ -59,7 +59,36 @@ class Member:
 class RevokeEntry:
     member: str
     started: float
-    ended: float
+    ended: float | None  # None while the revoke runs
+    generation: int  # the group generation it ends
+
+
+@dataclass
+class CommitAttempt:
+    """A commit the group was asked for, and whether it took."""
+
+    at: float
+    member: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Records one `getmany` handed a member; `others_paused`: some of its assigned
+    partitions were paused then (the engine's poll while its window is full)."""
+
+    at: float
+    member: str
+    records: tuple[SimRecord, ...]
+    others_paused: bool
+
+
+@dataclass(frozen=True)
+class Assignment:
+    at: float
+    member: str
+    generation: int
+    partitions: frozenset[TopicPartition]
 
 
 class SimCluster:
@@ -76,7 +105,10 @@ class SimCluster:
         self.committed: dict[TopicPartition, int] = {}
         self.commits: list[CommitEntry] = []
         self.revokes: list[RevokeEntry] = []
-        self.kicked: list[str] = []
+        self.commit_attempts: list[CommitAttempt] = []
+        self.fetches: list[Fetch] = []
+        self.assignments: list[Assignment] = []
+        self.kicked: dict[str, float] = {}  # member → when the group kicked it
         self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
         self.data_arrived = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -124,7 +156,7 @@ class SimCluster:
                 _done, late = await asyncio.wait(revokes, timeout=self.rebalance_timeout_s)
                 for (member_id, member), revoke in zip(members, revokes, strict=True):
                     if revoke in late:  # kicked out of the group: its revoke goes on alone
-                        self.kicked.append(member_id)
+                        self.kicked[member_id] = self.now
                         self.members.pop(member_id, None)
                         member.revoking = set()
                         member.assignment = set()
@@ -142,22 +174,26 @@ class SimCluster:
                                    for _member_id, member in live))
 
     async def _revoke(self, member_id: str, member: Member) -> None:
-        started = self.now
+        entry = RevokeEntry(member_id, self.now, None, self.generation)
+        self.revokes.append(entry)
         member.revoking = set(member.assignment)
         await member.consumer.tell_revoked(sorted(member.assignment))
         member.assignment = set()
         member.revoking = set()
-        self.revokes.append(RevokeEntry(member_id, started, self.now))
+        entry.ended = self.now
 
     def commit(self, member_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         member = self.members.get(member_id)
         owned = set() if member is None else member.assignment | member.revoking
         lost = [tp for tp in offsets if tp not in owned]
         if lost:
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError(f"CommitFailedError: {member_id} does not own {lost} in "
                                    f"generation {self.generation}")
         if self.rng.random() < self.commit_failure_rate:
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError("RequestTimedOutError (injected)")
+        self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=True))
         for tp, offset in offsets.items():
             self.committed[TopicPartition(*tp)] = offset
             self.commits.append(CommitEntry(self.now, member_id, TopicPartition(*tp), offset))
@@ -193,6 +229,8 @@ class SimConsumer:
 
     def assigned(self, assignment: set[TopicPartition]) -> None:
         self._generation = self._cluster.generation
+        self._cluster.assignments.append(Assignment(self._cluster.now, self.member_id,
+                                                    self._generation, frozenset(assignment)))
         self._assignment = set(assignment)
         self._paused &= self._assignment
         for tp in assignment:
@@ -251,6 +289,7 @@ class SimConsumer:
         chosen = [TopicPartition(*tp) for tp in partitions] if partitions else sorted(
             self._assignment - self._paused)
         fetched: dict[TopicPartition, list[FetchedRecord]] = {}
+        taken: list[SimRecord] = []
         for tp in chosen:  # like aiokafka: one partition's buffer before the next
             if limit <= 0:
                 break
@@ -261,8 +300,12 @@ class SimConsumer:
             records = log[position:position + limit]
             if records:
                 fetched[tp] = list(records)
+                taken.extend(records)
                 self._positions[tp] = position + len(records)
                 limit -= len(records)
+        if taken:
+            self._cluster.fetches.append(Fetch(self._cluster.now, self.member_id, tuple(taken),
+                                               bool(self._paused & self._assignment)))
         return fetched
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -307,6 +350,7 @@ class SimWriter:
         self._pod = pod
         self._faults = faults
         self._alive = alive
+        self.injected: list[BaseException] = []  # the fatal errors this writer raised
         self._last_lands_at: dict[tuple[str, int], float] = {}
 
     async def write(self, topic: str, record: OutgoingRecord,
@@ -337,7 +381,9 @@ class SimWriter:
             await _forever()
         fatal_at = self._faults.fatal_at
         if fatal_at is not None and self._cluster.now >= fatal_at:
-            raise ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
-                               "(injected)")
+            error = ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
+                                 "(injected)")
+            self.injected.append(error)
+            raise error
         self._cluster.append(topic, partition, record, written_by=self._pod)
         return partition

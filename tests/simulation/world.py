@@ -198,9 +198,21 @@ class PodRun:
     alive: bool = True
     killed_at: float | None = None
     stopped_at: float | None = None
+    stop_asked_at: float | None = None  # SIGTERM
     error: BaseException | None = None
-    window: int = 0
+    window: int = 0  # the most calls it may run (--max-concurrency under auto)
     metrics: DispatcherMetrics = field(default_factory=DispatcherMetrics)
+    windows: list[tuple[float, int]] = field(default_factory=list)  # (when, its window size)
+    injected: list[BaseException] = field(default_factory=list)  # fatal errors its writes raised
+
+    def window_at(self, at: float) -> int:
+        """The window's size at `at` (its largest when it has not told)."""
+        size = self.window
+        for when, value in self.windows:
+            if when > at:
+                break
+            size = value
+        return size
 
 
 @dataclass
@@ -341,8 +353,10 @@ class World:
         member = f"{name}#{self._incarnations}"
         consumer = self.scenario.make_consumer(self.cluster, member, self.settings.window_size)
         pod = PodRun(member, consumer, asyncio.Event(), window=self.settings.window_size)
-        writer: AckedWrites = SimWriter(self.cluster, member, self._faults_for(),
-                                        lambda: pod.alive)
+        self._watch_window(pod)
+        sim_writer = SimWriter(self.cluster, member, self._faults_for(), lambda: pod.alive)
+        pod.injected = sim_writer.injected
+        writer: AckedWrites = sim_writer
         if self.scenario.before_write is not None:
             writer = _HeldWriter(self, member, writer, self.scenario.before_write)
         handler = LoadedHandler("sim:handle", self._handler_for(pod))
@@ -353,6 +367,18 @@ class World:
         await asyncio.sleep(0)  # it subscribes
         await self.cluster.rebalance([INPUT])
         return pod
+
+    def _watch_window(self, pod: PodRun) -> None:
+        """Note each size the pod's window takes (its `waitline_window` gauge), so the oracle
+        can hold the bounds to the window of the moment under `--concurrency auto`."""
+        gauge = pod.metrics.window
+        set_gauge = gauge.set
+
+        def noted(value: float) -> None:
+            pod.windows.append((self.now, int(value)))
+            set_gauge(value)
+
+        gauge.set = noted  # type: ignore[method-assign]
 
     def _faults_for(self) -> WriteFaults:
         faults = self.scenario.write_faults
@@ -381,6 +407,7 @@ class World:
         pod = self._live.pop(name, None)
         if pod is None or pod.task is None:
             return
+        pod.stop_asked_at = self.now
         pod.stop.set()
         await asyncio.wait([pod.task])
         if self._live:
