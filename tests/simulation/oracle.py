@@ -23,7 +23,6 @@ from world import GROUP, INPUT, Call, PodRun, RunLog
 from dispatcher.errors import FatalError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.kafka.seam import TopicPartition
-from dispatcher.pod.window import most_open, prepared_ahead, tombstones_behind
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
@@ -34,7 +33,28 @@ from dispatcher.wire import (
     wait_id_for,
 )
 
+
+# DESIGN.md's bounds of the window, written out here rather than imported from the engine
+# (`dispatcher.pod.window`): the mutants (`mutants.py`) change the engine's, never the oracle's.
+def prepared_ahead(window: int) -> int:
+    """Records admitted and prepared beyond a window of N calls: a tenth, at least 2, at most
+    100."""
+    return min(max(-(-window // 10), 2), 100)
+
+
+def tombstones_behind(window: int) -> int:
+    """Finished records writing their tombstone outside the window: a tenth, at least 1."""
+    return max(1, window // 10)
+
+
+def most_open(window: int) -> int:
+    """The calls, the records prepared ahead and the tombstones behind a window of N."""
+    return window + prepared_ahead(window) + tombstones_behind(window)
+
+
 EPSILON_S = 1e-6
+REVOKE_COMMIT_RETRY_S = 0.2  # DESIGN: a failed revoke commit is tried again while time lasts
+FINAL_COMMIT_TRIES = 5  # DESIGN: the stop's final commit is tried a few times
 # How long before a fetch the window's size it was sized by may have been read (the poll asks
 # the window, then `getmany` waits up to its 100 ms timeout).
 FETCH_LEAD_S = 0.2
@@ -45,9 +65,10 @@ def check(log: RunLog) -> list[str]:
     checks: list[Callable[[RunLog], list[str]]] = [
         engine_ends, finished, commits_never_go_back, commit_only_what_is_prepared,
         committed_means_called, every_record_ends, prepares_get_tombstones,
-        never_called_after_swept, expiries_are_bounded, uncalled_waits_are_closed,
-        repeats_are_bounded, key_order, window_bound, window_holds_its_bounds, rate_bound,
-        drain_starts_no_new_call, revokes_leave_half_the_timeout,
+        never_called_after_swept, outcomes_are_written, expiries_are_bounded,
+        uncalled_waits_are_closed, repeats_are_bounded, key_order, window_bound,
+        window_holds_its_bounds, rate_bound, drain_starts_no_new_call,
+        revokes_leave_half_the_timeout,
     ]
     return [violation for one in checks for violation in one(log)]
 
@@ -196,9 +217,12 @@ def every_record_ends(log: RunLog) -> list[str]:
 
 
 def prepares_get_tombstones(log: RunLog) -> list[str]:
-    """A record called to an outcome by a pod that lived on is closed by that pod (DLQ record
+    """A record called to an outcome by a pod that lived on (not killed, not stopped fatally,
+    not cut off by its drain's grace: DESIGN.md, "Stopping") is closed by that pod (DLQ record
     or result, then tombstone), never left for the sweep to expire."""
-    lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None}
+    grace = log.settings.drain_grace
+    lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None and not (
+        p.stop_asked_at is not None and _gone_at(log, p) - p.stop_asked_at >= grace - 0.01)}
     cut_off = {(pod, _wait_id_of_write(topic, record))
                for pod, topic, record in log.cluster.cancelled_writes}
     writers = _swept_writers(log)
@@ -268,6 +292,7 @@ class Ending:
 
     at: float
     unclean: str | None
+    until: float = 0.0  # when the revoke or the drain that ended it returned
 
 
 def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
@@ -295,30 +320,38 @@ def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
         if settings.ordering is not OrderingMode.UNORDERED:
             holes_s = max(0.0, holes_s - settings.deadline)
         if ended - revoke.started >= holes_s - 0.01:
-            return Ending(at, f"its revoke took its whole wait ({ended - revoke.started:.2f}s)")
-        if _last_commit_failed(log, pod.name, revoke.started, ended):
-            return Ending(at, "its revoke's last commit failed")
+            return Ending(at, f"its revoke took its whole wait ({ended - revoke.started:.2f}s)",
+                          ended)
+        # a failed revoke commit is tried again while the revoke's budget lasts
+        if (_last_commit_failed(log, pod.name, revoke.started, ended, tries=1)
+                and ended - revoke.started >= settings.window().revoke_wait_s
+                - 2 * REVOKE_COMMIT_RETRY_S):
+            return Ending(at, "its revoke's commits failed until its time was up", ended)
         return Ending(at, None)
     if pod.stop_asked_at is not None and pod.stop_asked_at <= at:
         stopped = log.end_s if pod.stopped_at is None else pod.stopped_at
         if stopped - pod.stop_asked_at >= settings.drain_grace - 0.01:
-            return Ending(at, f"its drain took its whole grace ({stopped - at:.2f}s)")
-        if _last_commit_failed(log, pod.name, pod.stop_asked_at, stopped):
-            return Ending(at, "its last commit failed")
+            return Ending(at, f"its drain took its whole grace ({stopped - at:.2f}s)", stopped)
+        if _last_commit_failed(log, pod.name, pod.stop_asked_at, stopped,
+                               tries=FINAL_COMMIT_TRIES):
+            return Ending(at, f"its last {FINAL_COMMIT_TRIES} commits failed", stopped)
     return Ending(at, None)
 
 
-def _last_commit_failed(log: RunLog, member: str, since: float, until: float) -> bool:
+def _last_commit_failed(log: RunLog, member: str, since: float, until: float, *,
+                        tries: int) -> bool:
+    """Whether `member`'s last `tries` commits between `since` and `until` all failed."""
     attempts = [a for a in log.cluster.commit_attempts
                 if a.member == member and since <= a.at <= until + EPSILON_S]
-    return bool(attempts) and not attempts[-1].ok
+    return len(attempts) >= tries and not any(a.ok for a in attempts[-tries:])
 
 
 def repeats_are_bounded(log: RunLog) -> list[str]:
     """A record is called again by a later ownership only when the ownership that called it
     ended uncleanly (see `ownership_end`), and then at most DESIGN's bound: the window (with
-    the records prepared ahead and the tombstones behind it) plus the records prepared since
-    that pod's last commit. One ownership calls a record at most twice (a circuit probe goes
+    the records prepared ahead and the tombstones behind it) plus the records that pod prepared
+    since it fetched the oldest record it left uncommitted (its last commit, with none). One
+    ownership calls a record at most twice (a circuit probe goes
     back to the line once)."""
     calls = _calls(log)
     pods = {p.name: p for p in log.pods}
@@ -344,17 +377,33 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
                        f"called again after its ownership ended cleanly at {ending.at:.2f}s "
                        f"(e.g. waits {wids[:3]})")
             continue
-        bound = most_open(pod.window) + _prepared_since_commit(log, name, ending.at)
+        until = max(ending.at, ending.until)
+        bound = most_open(pod.window) + _prepared_since(
+            log, name, _oldest_left_fetched(log, name, until), until)
         if len(wids) > bound:
             out.append(f"{len(wids)} records {name} called in generation {generation} were "
                        f"called again after it ended ({ending.unclean}); bound {bound}")
     return out
 
 
-def _prepared_since_commit(log: RunLog, member: str, until: float) -> int:
-    last = max((c.at for c in log.cluster.commits if c.member == member), default=0.0)
+def _oldest_left_fetched(log: RunLog, member: str, until: float) -> float:
+    """When `member` fetched the oldest record it left uncommitted at `until` (the record at a
+    partition's committed offset then): the records it called above it since may all be called
+    again. Its last commit when it fetched none of them."""
+    committed: dict[tuple[str, int], int] = {}
+    for entry in log.cluster.commits:
+        if entry.at <= until:
+            committed[(entry.partition.topic, entry.partition.partition)] = entry.offset
+    fetched = [f.at for f in log.cluster.fetches if f.member == member and f.at <= until
+               and any(committed.get((r.topic, r.partition), 0) == r.offset for r in f.records)]
+    last_commit = max((c.at for c in log.cluster.commits if c.member == member and c.at <= until),
+                      default=0.0)
+    return min([*fetched, last_commit])
+
+
+def _prepared_since(log: RunLog, member: str, since: float, until: float) -> int:
     return sum(1 for r in log.cluster.records(log.topics.wait_topic)
-               if r.written_by == member and r.value is not None and last < r.written_at <= until)
+               if r.written_by == member and r.value is not None and since < r.written_at <= until)
 
 
 def key_order(log: RunLog) -> list[str]:
@@ -405,8 +454,9 @@ def _lanes_in_offset_order(log: RunLog, mode: OrderingMode) -> list[str]:
                                          record.written_at)
     lanes: dict[tuple[object, ...], list[SimRecord]] = defaultdict(list)
     for record in _inputs(log):
-        if record.value is None or (mode is OrderingMode.KEY and record.key is None):
-            continue
+        if (record.value is None or (mode is OrderingMode.KEY and record.key is None)
+                or (record.topic, record.partition, record.offset) in log.cluster.unreadable):
+            continue  # no turn: a null value, no key, or a key the client could not read
         lane = (record.topic, record.partition) if mode is OrderingMode.PARTITION else (
             record.topic, record.partition, record.key)
         lanes[lane].append(record)
@@ -495,6 +545,36 @@ def _gone_at(log: RunLog, pod: PodRun) -> float:
 
 def _first_after(records: list[SimRecord], at: float) -> float | None:
     return next((r.written_at for r in records if r.written_at >= at), None)
+
+
+def outcomes_are_written(log: RunLog) -> list[str]:
+    """A call's outcome is made durable by the pod that called it: a handler's value becomes a
+    result record (or, too large, a DLQ record), a failure or a deadline a DLQ record, unless
+    the pod died first (killed, stopped fatally, or cut off by its drain's grace) or its engine
+    cancelled the call. A circuit probe sent back to the line is judged by its last call."""
+    by_pod = _pod_writes(log)
+    pods = {p.name: p for p in log.pods}
+    out = []
+    for wid, made in _calls(log).items():
+        last: dict[tuple[str, int], Call] = {}
+        for call in sorted(made, key=lambda c: c.started):
+            last[(call.pod, call.generation)] = call
+        for call in last.values():
+            pod = pods[call.pod]
+            if (call.outcome in ("", "cancelled", "cut off", "killed")
+                    or (call.outcome == "ok" and not call.returned)):
+                continue
+            gone = _gone_at(log, pod)
+            if pod.killed_at is not None or pod.error is not None or (
+                    pod.stop_asked_at is not None
+                    and gone - pod.stop_asked_at >= log.settings.drain_grace - 0.01):
+                continue
+            writes = by_pod.get(call.pod)
+            outcomes = [] if writes is None else writes.outcomes.get(wid, [])
+            if _first_after(outcomes, call.started) is None:
+                out.append(f"wait {wid}: {call.pod}'s call ended ({call.outcome}) at "
+                           f"{call.ended}s but it wrote no result or DLQ record for it")
+    return out
 
 
 def expiries_are_bounded(log: RunLog) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import uuid
@@ -23,7 +24,7 @@ from typing import Any
 
 import looptime
 from registry import Mirror, Row
-from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
+from simkafka import ClientFaults, SimCluster, SimConsumer, SimWriter, WriteFaults
 
 from dispatcher.handlers.loader import LoadedHandler
 from dispatcher.handlers.record import Record, Retryable
@@ -63,8 +64,11 @@ class Scenario:
     events: list[tuple[float, str]]
     commit_failure_rate: float
     write_faults: WriteFaults
-    clock_jump_s: float
+    clock_jump_s: float  # a step of the pods' clocks (NTP); negative: backwards
     sweep_every_s: float
+    client_faults: ClientFaults = field(default_factory=ClientFaults)
+    unreadable_rate: float = 0.0  # input records the Kafka client cannot parse
+    clock_skew_s: float = 0.0  # each pod's clock is off the sweep's by up to this, either way
     # A hand-written case's hooks (see `Input`, `Handle`, `BeforeWrite`, `Script`); the seeded
     # draw leaves them unset.
     inputs: list[Input] | None = None  # the input, written at the start, instead of drawn
@@ -79,8 +83,10 @@ class Scenario:
         events = ", ".join(f"{what}@{at:.1f}s" for at, what in self.events)
         return (f"seed {self.seed}: {self.records} records, {self.partitions} partitions, "
                 f"{self.keys} keys; {flags}; events: {events or 'none'}; outage "
-                f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; fatal write "
-                f"at {self.write_faults.fatal_at}")
+                f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; "
+                f"{self.write_faults}; {self.client_faults}; unreadable "
+                f"{self.unreadable_rate:.0%}; clock step {self.clock_jump_s:g}s, skew "
+                f"{self.clock_skew_s:g}s")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Input:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
     partition: int = 0
+    unreadable: bool = False  # the Kafka client cannot parse it
 
 
 # The counterparty of a hand-written case: given the world, the call (as the counterparty sees
@@ -137,21 +144,51 @@ def draw(seed: int) -> Scenario:
         start = rng.uniform(0, run_s)
         outage = (start, start + rng.uniform(0.5, 3 * deadline + 1))
     events: list[tuple[float, str]] = []
-    for _ in range(rng.choice([0, 1, 2, 3, 5])):
+    # Biased toward where defects live: several pods, revokes while calls run, faults during
+    # revokes (a kill or failing commits while a revoke waits).
+    for _ in range(rng.choice([0, 1, 2, 3, 5, 8])):
         events.append((rng.uniform(0.05, run_s), rng.choice(
-            ["rebalance", "rebalance", "join", "leave", "sigterm", "kill", "clock_jump"])))
+            ["rebalance", "rebalance", "join", "join", "join", "leave", "sigterm", "kill",
+             "clock_jump", "revoke_kill", "revoke_commits_fail"])))
     events.sort()
     faults = WriteFaults(latency_s=(0.0005, rng.choice([0.002, 0.02, 0.2])),
                          slow_rate=rng.choice([0.0, 0.0, 0.05]), slow_s=rng.choice([0.5, 3.0]))
     if rng.random() < 0.04:
         faults.fatal_at = rng.uniform(0.1, run_s)
-    return Scenario(
-        seed=seed, flags=flags, partitions=rng.randint(1, 3), records=records,
+        faults.lands_then_fails = rng.random() < 0.5
+    faults.twice_rate = rng.choice([0.0, 0.0, 0.05])
+    faults.late_ack_rate = rng.choice([0.0, 0.0, 0.05])
+    faults.late_ack_s = rng.choice([0.2, 2.0])
+    faults.lands_after_kill = rng.choice([0.0, 0.5, 1.0])
+    if rng.random() < 0.2:
+        faults.leader_moves = tuple(sorted(
+            (rng.uniform(0, run_s), rng.uniform(0.2, 3.0), rng.randrange(2))
+            for _ in range(rng.randint(1, 3))))
+    client = ClientFaults(
+        fetch_error_rate=rng.choice([0.0, 0.0, 0.02]),
+        position_error_rate=rng.choice([0.0, 0.0, 0.3]),
+        committed_error_rate=rng.choice([0.0, 0.0, 0.3]),
+        ambiguous_commit_rate=rng.choice([0.0, 0.0, 0.1]),
+        commit_timeout_rate=rng.choice([0.0, 0.0, 0.05]),
+        commit_timeout_s=rng.choice([0.3, 1.0]),
+        lands_after_kill=rng.choice([0.0, 0.5, 1.0]))
+    # Clocks: a step forward (NTP) or backward, and skew between pods and the sweep, kept
+    # within what DESIGN.md asks of them: well inside half of what --wait-expiration leaves
+    # beyond --deadline.
+    margin = (flags["wait_expiration"] - deadline) / 2
+    clock_jump_s = rng.choice([60.0, 3600.0, -rng.uniform(0.05, 0.25) * margin])
+    scenario = Scenario(
+        seed=seed, flags=flags, partitions=rng.choice([1, 2, 2, 3, 4]), records=records,
         keys=rng.choice([1, 2, 5, 50]), produce_over_s=rng.choice([0.0, run_s / 2]),
         null_rate=rng.choice([0.0, 0.0, 0.05]), large_rate=rng.choice([0.0, 0.0, 0.05]),
         behaviour=behaviour, outage=outage, events=events,
         commit_failure_rate=rng.choice([0.0, 0.0, 0.1, 0.4]), write_faults=faults,
-        clock_jump_s=rng.choice([60.0, 3600.0]), sweep_every_s=rng.choice([0.5, 5.0]))
+        clock_jump_s=clock_jump_s, sweep_every_s=rng.choice([0.5, 5.0]),
+        client_faults=client, unreadable_rate=rng.choice([0.0, 0.0, 0.03]),
+        clock_skew_s=rng.choice([0.0, 0.0, rng.uniform(0.0, 0.2) * margin]))
+    if rng.random() < 0.5:  # a second pod from the start: calls from several pods
+        scenario.events.insert(0, (0.0, "join"))
+    return scenario
 
 
 def quiet(flags: dict[str, Any] | None = None, **fields: Any) -> Scenario:
@@ -185,6 +222,7 @@ class Call:
     generation: int = 0  # the group's generation when it started
     ended: float | None = None
     outcome: str = ""
+    returned: bool = False  # its handler returned a value (a result record is due)
 
 
 @dataclass
@@ -255,8 +293,10 @@ class World:
         self.topics = settings.topics(local_stack=False)
         self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout_s)
         self.cluster.commit_failure_rate = scenario.commit_failure_rate
+        self.cluster.faults = scenario.client_faults
         self.log = RunLog(scenario, self.cluster, settings, self.topics)
         self._pod_clock_offset_s = 0.0
+        self._most_ahead_s = 0.0
         self._sweep_ahead_s = 0.0  # moved at the end only: what stays open expires
         self._mirror = Mirror(dlq_topic=self.topics.dlq_topic, group=GROUP)
         self._incarnations = 0
@@ -272,9 +312,10 @@ class World:
         """The true time of day: the sweep's (the reconciliation job's) clock."""
         return EPOCH_S + self.now + self._sweep_ahead_s
 
-    def pod_wall(self) -> float:
-        """The pods' time of day, which a clock jump (NTP stepping the host's clock) moves."""
-        return self.wall() + self._pod_clock_offset_s
+    def pod_wall(self, skew_s: float = 0.0) -> float:
+        """A pod's time of day: the sweep's, moved by clock steps (NTP stepping the hosts'
+        clocks, forward or back) and by the pod's own skew."""
+        return self.wall() + self._pod_clock_offset_s + skew_s
 
     # --- the counterparty ---
 
@@ -319,7 +360,7 @@ class World:
                 raise
             if not pod.alive:  # the answer reaches a dead pod: it never returns
                 await asyncio.get_running_loop().create_future()
-            call.ended, call.outcome = self.now, "ok"
+            call.ended, call.outcome, call.returned = self.now, "ok", outcome is not None
             return outcome
 
         return handle
@@ -382,14 +423,16 @@ class World:
 
     def _faults_for(self) -> WriteFaults:
         faults = self.scenario.write_faults
-        return WriteFaults(faults.latency_s, faults.slow_rate, faults.slow_s, faults.fatal_at)
+        return dataclasses.replace(faults)
 
     async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: AckedWrites,
                        handler: LoadedHandler) -> None:
+        skew = self.scenario.clock_skew_s
+        skew_s = self.rng.uniform(-skew, skew) if skew else 0.0
         try:
             async with open_engine(self.settings, consumer=consumer, writer=writer,
                                    topics=self.topics, metrics=pod.metrics, handler=handler,
-                                   clock=self.pod_wall) as engine:
+                                   clock=lambda: self.pod_wall(skew_s)) as engine:
                 await engine.run(pod.stop)
         except asyncio.CancelledError:
             if pod.alive:
@@ -437,8 +480,10 @@ class World:
         scenario = self.scenario
         if scenario.inputs is not None:
             for one in scenario.inputs:
-                self.cluster.append(INPUT, one.partition,
-                                    OutgoingRecord(one.key, one.value, one.headers))
+                written = self.cluster.append(INPUT, one.partition,
+                                              OutgoingRecord(one.key, one.value, one.headers))
+                if one.unreadable:
+                    self.cluster.unreadable.add((INPUT, one.partition, written.offset))
             return
         gap = scenario.produce_over_s / max(1, scenario.records)
         for index in range(scenario.records):
@@ -450,8 +495,10 @@ class World:
                 value = b"v" * (self.cluster.limits[self.topics.wait_topic] + 10)
             key = f"k{self.rng.randrange(scenario.keys)}".encode()
             partition = self.rng.randrange(scenario.partitions)
-            self.cluster.append(INPUT, partition,
-                                OutgoingRecord(key, value, (("n", str(index).encode()),)))
+            record = self.cluster.append(INPUT, partition,
+                                         OutgoingRecord(key, value, (("n", str(index).encode()),)))
+            if self.rng.random() < scenario.unreadable_rate:
+                self.cluster.unreadable.add((INPUT, partition, record.offset))
             if gap:
                 await asyncio.sleep(gap)
 
@@ -492,9 +539,25 @@ class World:
             await self.kill(self.rng.choice(names))
         elif what == "clock_jump":
             self._pod_clock_offset_s += self.scenario.clock_jump_s
+            self._most_ahead_s = max(self._most_ahead_s, self._pod_clock_offset_s)
+        elif what in ("revoke_kill", "revoke_commits_fail") and names:
+            await self._fault_during_revoke(what, names)
         if not self._live:  # an orchestrator starts a pod again
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
             await self.start_pod("a")
+
+    async def _fault_during_revoke(self, what: str, names: list[str]) -> None:
+        """A rebalance, and while its revokes wait, a kill -9 of one pod or a spell of failing
+        commits (a coordinator moving)."""
+        rebalance = asyncio.create_task(self.cluster.rebalance([INPUT]), name="rebalance")
+        await asyncio.sleep(self.rng.uniform(0.0, self.settings.window().revoke_wait_s))
+        if what == "revoke_kill":
+            await self.kill(self.rng.choice(names))
+        else:
+            before, self.cluster.commit_failure_rate = self.cluster.commit_failure_rate, 0.8
+            await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+            self.cluster.commit_failure_rate = before
+        await rebalance
 
     # --- the run ---
 
@@ -536,7 +599,10 @@ class World:
                         await asyncio.wait([pod.task], timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
-        self._sweep_ahead_s += self.settings.wait_expiration + self._pod_clock_offset_s + 1
+        # Past every expiration any pod wrote: its clock was at most the largest step ahead
+        # (a step back leaves earlier wait records with their later expirations) plus its skew.
+        self._sweep_ahead_s += (self.settings.wait_expiration + self._most_ahead_s
+                                + self.scenario.clock_skew_s + 1)
         self.sweep()  # what stays open expires
         self.log.end_s = self.now
         return self.log
