@@ -265,18 +265,23 @@ class RunLog:
     pods: list[PodRun] = field(default_factory=list)
     swept: dict[str, float] = field(default_factory=dict)  # wait id → when the sweep sent it
     warnings: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # every log line the engine's loggers let out
     finished: bool = False
     fatal_injected: bool = False
     end_s: float = 0.0
 
 
 class _Warnings(logging.Handler):
-    def __init__(self, into: list[str]) -> None:
-        super().__init__(logging.WARNING)
+    def __init__(self, into: list[str], lines: list[str]) -> None:
+        super().__init__(logging.NOTSET)
         self._into = into
+        self._lines = lines
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._into.append(record.getMessage())
+        message = record.getMessage()
+        self._lines.append(f"{record.levelname} {record.name}: {message}")
+        if record.levelno >= logging.WARNING:
+            self._into.append(message)
 
 
 class World:
@@ -658,7 +663,7 @@ def simulate(seed_or_scenario: int | Scenario) -> RunLog:
     loop = looptime.new_event_loop(noop_cycles=0)
     logger = logging.getLogger("dispatcher")
     world = World(scenario)
-    catcher = _Warnings(world.log.warnings)
+    catcher = _Warnings(world.log.warnings, world.log.lines)
     logger.addHandler(catcher)
     if logger.getEffectiveLevel() > logging.WARNING:
         logger.setLevel(logging.WARNING)  # the oracle reads the engine's warnings
