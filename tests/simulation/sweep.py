@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import world
 from oracle import check
 from world import RunLog, simulate
 
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("-v", "--verbose", action="store_true", help="the engine's log too")
+    parser.add_argument("--faults", action="store_true",
+                        help="every fault kind (client errors, unreadable records, ...)")
     parser.add_argument("--digest", action="store_true",
                         help="print each seed's digest (records, commits, calls, log lines)")
     parser.add_argument("--keep-going", action="store_true",
@@ -62,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().handlers[0].setLevel(logging.CRITICAL + 1)
     if args.digest:
         logging.getLogger("dispatcher").setLevel(logging.DEBUG)  # every line goes in
+    if args.faults:
+        world.ALL_FAULTS = True
     started = time.perf_counter()
     pods = records = 0
     failed: list[int] = []
