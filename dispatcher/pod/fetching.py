@@ -43,9 +43,9 @@ async def read_past_unreadable(
     gives it a reference DLQ record) and go on past it. Every partition first goes back to
     where the engine expects it (`expected_next`), so nothing fetched is skipped unseen; the
     records read on the way, at most `limit` of them (the window's room), are handed to
-    `start`, partition after partition from partition `turn` (mod their number; the caller moves
-    it on, so a backlog in one cannot keep the others from being read). Records sharing the
-    unreadable one's batch may be unreadable too; each is found in its turn."""
+    `start` as each is read, partition after partition from partition `turn` (mod their number;
+    the caller moves it on, so a backlog in one cannot keep the others from being read). Records
+    sharing the unreadable one's batch may be unreadable too; each is found in its turn."""
     log.warning("a fetched record cannot be parsed; reading partitions one record at a time "
                 "to find it")
     assignment = sorted(consumer.assignment(), key=partition_key)
@@ -58,23 +58,27 @@ async def read_past_unreadable(
     for tp in assignment[first:] + assignment[:first]:
         if left <= 0:
             break  # the rest stays where it was sought to: the next poll reads on
-        records, unreadable = await read_carefully(consumer, tp, left)
-        left -= len(records) + (unreadable is not None)
-        start(tp, records)
+        read, unreadable = await read_carefully(consumer, tp, left, start)
+        left -= read + (unreadable is not None)
         if unreadable is not None:
             start_unreadable(tp, unreadable)
             consumer.seek(tp, unreadable + 1)
 
 
-async def read_carefully(consumer: SourceConsumer, tp: TopicPartition,
-                         limit: int) -> tuple[list[FetchedRecord], int | None]:
-    """Read `tp` one record at a time from its position: up to `limit` records, and the offset
-    of an unreadable record when one is met (the caller seeks past it).
+async def read_carefully(consumer: SourceConsumer, tp: TopicPartition, limit: int,
+                         start: Callable[[TopicPartition, Sequence[FetchedRecord]], None],
+                         ) -> tuple[int, int | None]:
+    """Read `tp` one record at a time from its position, handing each to `start` as it comes:
+    how many were read (at most `limit`), and the offset of an unreadable record when one is
+    met (the caller seeks past it).
 
+    Each record is started before the next read, not gathered: a rebalance during a read
+    moves the client's position back to the committed offset, and the records read before it
+    belong to the ownership it revoked (whose revoke must see them), not to the next.
     A failed `getmany` has consumed, but not returned, the records before the unreadable one,
     so the caller first seeks every partition back to where it expects it."""
-    records: list[FetchedRecord] = []
-    while len(records) < limit:
+    read = 0
+    while read < limit:
         try:
             got = await consumer.getmany(tp, timeout_ms=CAREFUL_WAIT_MS, max_records=1)
         except UnreadableRecordError:
@@ -83,12 +87,14 @@ async def read_carefully(consumer: SourceConsumer, tp: TopicPartition,
             except KafkaClientError as exc:  # found next time, from where these end
                 log.warning("%s/%d: cannot read its position (%r); reading on later",
                             tp.topic, tp.partition, exc)
-                return records, None
-            return records, position
-        if not got:
+                return read, None
+            return read, position
+        records = got.get(tp, [])
+        if not records:
             break
-        records.extend(got.get(tp, ()))
-    return records, None
+        start(tp, records)
+        read += len(records)
+    return read, None
 
 
 async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,

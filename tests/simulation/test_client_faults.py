@@ -3,9 +3,11 @@ offsets that cannot be read, records it cannot parse, commits applied but report
 
 from __future__ import annotations
 
+import asyncio
+
 from oracle import check
 from simkafka import ClientFaults
-from world import Input, quiet, simulate
+from world import INPUT, Input, World, quiet, simulate
 
 
 def test_a_record_the_client_cannot_parse_in_a_new_groups_first_fetch_skips_nothing() -> None:
@@ -37,3 +39,28 @@ def test_commits_applied_but_reported_failed_keep_every_invariant() -> None:
                                                     commit_timeout_rate=0.2)))
     assert any(not a.ok for a in log.cluster.commit_attempts)
     assert check(log) == []
+
+
+def test_a_rebalance_while_reading_past_an_unreadable_record_mixes_no_ownerships() -> None:
+    """The engine reads one record at a time to find a record the client cannot parse, and a
+    rebalance comes while it waits for more records of another partition: the same pod gets
+    the partitions back, the client's positions go back to the committed offsets, and the read
+    goes on from there. The defect: the records read before the rebalance and those read after
+    it were started together, offsets going back (`offset 0 tracked after 9`), and the pod died
+    (found by `sweep.py --faults --seed 200`)."""
+    inputs = [Input(b"k", b"p0-%d" % i, partition=0, unreadable=i == 2) for i in range(5)]
+    inputs += [Input(b"k", b"p1-%d" % i, partition=1) for i in range(10)]
+
+    async def slow_writes(_world: World, _pod: str, _topic: str, _record: object) -> None:
+        await asyncio.sleep(0.5)  # nothing lands while the careful read waits for more
+
+    async def rebalance_while_reading(world: World) -> None:
+        await asyncio.sleep(0.3)  # the careful read waits up to 1 s for a record after p1's last
+        assert world.log.lines[-1].endswith("reading partitions one record at a time to find it")
+        await world.cluster.rebalance([INPUT])
+
+    log = simulate(quiet({"concurrency": 16}, inputs=inputs, records=len(inputs), partitions=2,
+                         before_write=slow_writes, script=rebalance_while_reading))
+    assert [p.error for p in log.pods] == [None]
+    assert check(log) == []
+    assert {(c.partition, c.offset) for c in log.calls} >= {(1, i) for i in range(10)}
