@@ -128,6 +128,7 @@ class SimCluster:
         self.fetches: list[Fetch] = []
         self.assignments: list[Assignment] = []
         self.kicked: dict[str, float] = {}  # member → when the group kicked it
+        self.fenced: dict[str, float] = {}  # member → when its session was lost (a fault)
         self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
         self.data_arrived = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -165,6 +166,12 @@ class SimCluster:
 
     def leave(self, member_id: str) -> None:
         self.members.pop(member_id, None)
+
+    def fence(self, member_id: str) -> None:
+        """The member's session is lost (injected): it is out of the group, its commits fail,
+        and the next rebalance deals its partitions to the others. It is not told."""
+        if self.members.pop(member_id, None) is not None:
+            self.fenced[member_id] = self.now
 
     async def rebalance(self, topics: Sequence[str]) -> None:
         """An eager rebalance: every member's revoke (kicked if it outlasts the rebalance
@@ -268,6 +275,17 @@ class SimConsumer:
         self._paused &= self._assignment
         for tp in assignment:
             self._positions[tp] = self._cluster.committed.get(tp, 0)
+
+    async def rejoin(self) -> None:
+        """A fenced member learns it (its heartbeat is refused): like aiokafka, it revokes what
+        it held, then joins the group again (the caller rebalances)."""
+        entry = RevokeEntry(self.member_id, self._cluster.now, None, self._generation or 0)
+        self._cluster.revokes.append(entry)
+        await self.tell_revoked(sorted(self._assignment))
+        entry.ended = self._cluster.now
+        self._rebalancing = False
+        if not self.dead:
+            self._cluster.join(self)
 
     async def tell_assigned(self) -> None:
         if self._handler is not None and not self.dead:
