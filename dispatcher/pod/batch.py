@@ -62,6 +62,9 @@ class BatchEngine:
         # where each partition's next batch starts: a failed fetch has consumed what came
         # before the record it could not parse, so reading past it starts there
         self._positions = PartitionWatermarks()
+        # the ends of batches whose commit failed, for partitions still its own: committed
+        # again at the next poll, with a next batch or without one
+        self._uncommitted: dict[TopicPartition, int] = {}
         metrics.window.set(window.concurrency)
 
     @property
@@ -87,6 +90,8 @@ class BatchEngine:
                 continue
             records = [source_record(r) for rs in batch.values() for r in rs]
             if not records and not unreadable:
+                if self._uncommitted:
+                    await self._commit({})
                 continue
             self._metrics.fetched.inc(len(records) + len(unreadable))
             self._in_flight = len(records)
@@ -127,9 +132,11 @@ class BatchEngine:
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
         """The batch in flight is not waited for (its commit fails; the next owner calls it
-        again): only where the partitions' next batches start is forgotten."""
+        again): only where the partitions' next batches start, and the ends of their batches
+        whose commit failed, are forgotten."""
         for tp in revoked:
             self._positions.forget(partition_key(tp))
+            self._uncommitted.pop(TopicPartition(tp.topic, tp.partition), None)
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         await read_committed(self._consumer, assigned, self._positions)
@@ -157,11 +164,17 @@ class BatchEngine:
             trace.end()
 
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit `offsets` with the ends of earlier batches whose commit failed. A commit
+        that fails is tried again at the next poll while the partitions stay its own; lost
+        mid-batch, they are the next owner's, which processes the batch again."""
+        offsets = {**self._uncommitted, **offsets}
         try:
             await self._consumer.commit(offsets)
         except KafkaClientError as exc:
-            # Lost the partitions mid-batch: the next owner processes the batch again.
             self._metrics.commits.labels("failed").inc()
-            log.warning("batch commit failed (the batch will be redelivered): %r", exc)
+            self._uncommitted = offsets
+            log.warning("batch commit failed (tried again at the next poll; the batch is "
+                        "redelivered if its partitions move first): %r", exc)
             return
+        self._uncommitted = {}
         self._metrics.commits.labels("ok").inc()

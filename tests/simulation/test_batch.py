@@ -5,7 +5,7 @@ seeded sweep draws it too (`world._draw_pod_kind`)."""
 
 from __future__ import annotations
 
-from cases import dlq
+from cases import committed_to_end, dlq
 from oracle import check
 from simkafka import ClientFaults
 from world import Input, quiet, simulate
@@ -34,3 +34,15 @@ def test_the_batch_baseline_fetches_again_after_a_fetch_fails() -> None:
     assert [p.error for p in log.pods] == [None]
     assert check(log) == []
 
+
+def test_the_batch_baseline_commits_a_batch_again_after_its_commit_failed() -> None:
+    """A batch whose commit failed (the coordinator away, the partitions still its own) is
+    committed again at the next poll, even when no next batch comes; the defect: the batch
+    baseline gave up on it, and the last batches before the input ran dry stayed uncommitted
+    for good (found by `sweep.py --faults --seed 101`)."""
+    log = simulate(quiet(BATCH, records=12, partitions=2, commit_failure_rate=0.6))
+    assert [p.error for p in log.pods] == [None]
+    failed = [a for a in log.cluster.commit_attempts if not a.ok]
+    assert failed, "no commit failed: the case did not reach its path"
+    assert committed_to_end(log)
+    assert check(log) == []
