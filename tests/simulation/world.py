@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,9 +24,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import looptime
+from aiohttp import web
 from registry import Mirror, Row
-from simkafka import SimCluster, SimConsumer, SimWriter, WriteFaults
+from simhttp import InMemoryConnector
+from simkafka import ClientFaults, SimCluster, SimConsumer, SimWriter, WriteFaults
 
+from dispatcher.handlers.http import SUMMARY_READ_BYTES, AiohttpHandler
+from dispatcher.handlers.http_config import counterparty_url_preset
 from dispatcher.handlers.loader import LoadedHandler
 from dispatcher.handlers.record import Record, Retryable
 from dispatcher.kafka.seam import AckedWrites
@@ -32,6 +38,7 @@ from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.runner import open_engine
 from dispatcher.pod.settings import DispatchSettings, load_settings
+from dispatcher.pod.workers import worker_flags
 from dispatcher.wire import (
     Failure,
     OutgoingRecord,
@@ -44,6 +51,7 @@ GROUP = "sim"
 INPUT = "orders"
 EXPIRED = "ExpiredRecordException"
 RESULT_LIMIT_BYTES = 4096
+COUNTERPARTY_URL = "http://counterparty.sim/calls"  # reached over an in-memory transport
 
 
 @dataclass
@@ -63,8 +71,14 @@ class Scenario:
     events: list[tuple[float, str]]
     commit_failure_rate: float
     write_faults: WriteFaults
-    clock_jump_s: float
+    clock_jump_s: float  # a step of the pods' clocks (NTP); negative: backwards
     sweep_every_s: float
+    client_faults: ClientFaults = field(default_factory=ClientFaults)
+    unreadable_rate: float = 0.0  # input records the Kafka client cannot parse
+    clock_skew_s: float = 0.0  # each pod's clock is off the sweep's by up to this, either way
+    # The counterparty is reached by the built-in HTTP handler (`--counterparty-url`'s preset)
+    # over an in-memory transport (`simhttp.py`), not by a handler function.
+    http: bool = False
     # A hand-written case's hooks (see `Input`, `Handle`, `BeforeWrite`, `Script`); the seeded
     # draw leaves them unset.
     inputs: list[Input] | None = None  # the input, written at the start, instead of drawn
@@ -79,8 +93,10 @@ class Scenario:
         events = ", ".join(f"{what}@{at:.1f}s" for at, what in self.events)
         return (f"seed {self.seed}: {self.records} records, {self.partitions} partitions, "
                 f"{self.keys} keys; {flags}; events: {events or 'none'}; outage "
-                f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; fatal write "
-                f"at {self.write_faults.fatal_at}")
+                f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; "
+                f"{self.write_faults}; {self.client_faults}; unreadable "
+                f"{self.unreadable_rate:.0%}; clock step {self.clock_jump_s:g}s, skew "
+                f"{self.clock_skew_s:g}s" + ("; the built-in HTTP handler" if self.http else ""))
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class Input:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
     partition: int = 0
+    unreadable: bool = False  # the Kafka client cannot parse it
 
 
 # The counterparty of a hand-written case: given the world, the call (as the counterparty sees
@@ -104,8 +121,9 @@ BeforeWrite = Callable[["World", str, str, OutgoingRecord], Awaitable[None]]
 Script = Callable[["World"], Awaitable[None]]
 
 
-def draw(seed: int) -> Scenario:
-    """The scenario of `seed`: flags, input and faults."""
+def _draw_classic(seed: int) -> Scenario:
+    """The scenario of `seed` as `make test` sweeps it until the faults below hold on 1,000
+    seeds (the faults' sweep still finds seeds that break an invariant: docs/DESIGN.md)."""
     rng = random.Random(seed)
     deadline = rng.choice([0.5, 1.0, 3.0])
     commit_interval = rng.choice([0.2, 0.5, 1.0])
@@ -154,6 +172,114 @@ def draw(seed: int) -> Scenario:
         clock_jump_s=rng.choice([60.0, 3600.0]), sweep_every_s=rng.choice([0.5, 5.0]))
 
 
+# The faults real clusters produce (client errors, unreadable records, ambiguous commits,
+# duplicated and late writes, writes landing after kill -9, leader moves, clock steps and
+# skew, faults during revokes): `sweep.py --faults` or WAITLINE_SIM_FAULTS=1.
+ALL_FAULTS = os.environ.get("WAITLINE_SIM_FAULTS") == "1"
+
+
+def draw(seed: int, *, faults: bool | None = None) -> Scenario:
+    """The scenario of `seed`: flags, input and faults (with `faults`, every kind above)."""
+    if not (ALL_FAULTS if faults is None else faults):
+        return _draw_classic(seed)
+    return _draw_with_faults(seed)
+
+
+def _draw_with_faults(seed: int) -> Scenario:
+    rng = random.Random(seed)
+    deadline = rng.choice([0.5, 1.0, 3.0])
+    commit_interval = rng.choice([0.2, 0.5, 1.0])
+    flags: dict[str, Any] = {
+        "concurrency": rng.choice([1, 2, 3, 5, 8, 16, "auto"]),
+        "ordering": rng.choice(["unordered", "unordered", "key", "partition"]),
+        "deadline": deadline,
+        "commit_interval": commit_interval,
+        "rebalance_timeout": max(2.0, 2 * commit_interval, 2 * deadline + 0.5,
+                                 rng.choice([2.0, 5.0, 4 * deadline])),
+        "drain_grace": rng.choice([0.3, 2.0, 30.0]),
+        "wait_expiration": rng.choice([deadline * 4 + 10, 600.0, 3600.0]),
+        "circuit_breaker": rng.choice(["off", "off", "on",
+                                       "failure-rate=50%,window=2s,min-calls=4,open=1s"]),
+        "loop_lag_target": 0,
+    }
+    if flags["concurrency"] == "auto":
+        flags["min_concurrency"] = 1
+        flags["max_concurrency"] = rng.choice([4, 16, 40])
+    if rng.random() < 0.3:
+        flags["rate_limit"] = rng.choice(["2/s", "10/s", "50/s"])
+    records = rng.randint(10, 80)
+    behaviour = {"ok": 10.0, "slow": rng.choice([0, 0.5, 2]), "error": rng.choice([0, 1]),
+                 "retryable": rng.choice([0, 1, 3]), "cancelled": rng.choice([0, 0, 0.5]),
+                 "huge": rng.choice([0, 0, 0.5]), "hang": rng.choice([0, 0, 0.3])}
+    run_s = rng.choice([3.0, 10.0, 30.0])
+    outage = None
+    if rng.random() < 0.25:
+        start = rng.uniform(0, run_s)
+        outage = (start, start + rng.uniform(0.5, 3 * deadline + 1))
+    events: list[tuple[float, str]] = []
+    # Biased toward where defects live: several pods, revokes while calls run, faults during
+    # revokes (a kill or failing commits while a revoke waits).
+    for _ in range(rng.choice([0, 1, 2, 3, 5, 8])):
+        events.append((rng.uniform(0.05, run_s), rng.choice(
+            ["rebalance", "rebalance", "join", "join", "join", "leave", "sigterm", "kill",
+             "clock_jump", "revoke_kill", "revoke_commits_fail", "fence"])))
+    events.sort()
+    faults = WriteFaults(latency_s=(0.0005, rng.choice([0.002, 0.02, 0.2])),
+                         slow_rate=rng.choice([0.0, 0.0, 0.05]), slow_s=rng.choice([0.5, 3.0]))
+    if rng.random() < 0.04:
+        faults.fatal_at = rng.uniform(0.1, run_s)
+        faults.lands_then_fails = rng.random() < 0.5
+    faults.twice_rate = rng.choice([0.0, 0.0, 0.05])
+    faults.late_ack_rate = rng.choice([0.0, 0.0, 0.05])
+    faults.late_ack_s = rng.choice([0.2, 2.0])
+    faults.lands_after_kill = rng.choice([0.0, 0.5, 1.0])
+    if rng.random() < 0.2:
+        faults.leader_moves = tuple(sorted(
+            (rng.uniform(0, run_s), rng.uniform(0.2, 3.0), rng.randrange(2))
+            for _ in range(rng.randint(1, 3))))
+    client = ClientFaults(
+        fetch_error_rate=rng.choice([0.0, 0.0, 0.02]),
+        position_error_rate=rng.choice([0.0, 0.0, 0.3]),
+        committed_error_rate=rng.choice([0.0, 0.0, 0.3]),
+        ambiguous_commit_rate=rng.choice([0.0, 0.0, 0.1]),
+        commit_timeout_rate=rng.choice([0.0, 0.0, 0.05]),
+        commit_timeout_s=rng.choice([0.3, 1.0]),
+        lands_after_kill=rng.choice([0.0, 0.5, 1.0]))
+    # Clocks: a step forward (NTP) or backward, and skew between pods and the sweep, kept
+    # within what DESIGN.md asks of them: well inside half of what --wait-expiration leaves
+    # beyond --deadline.
+    margin = (flags["wait_expiration"] - deadline) / 2
+    clock_jump_s = rng.choice([60.0, 3600.0, -rng.uniform(0.05, 0.25) * margin])
+    scenario = Scenario(
+        seed=seed, flags=flags, partitions=rng.choice([1, 2, 2, 3, 4]), records=records,
+        keys=rng.choice([1, 2, 5, 50]), produce_over_s=rng.choice([0.0, run_s / 2]),
+        null_rate=rng.choice([0.0, 0.0, 0.05]), large_rate=rng.choice([0.0, 0.0, 0.05]),
+        behaviour=behaviour, outage=outage, events=events,
+        commit_failure_rate=rng.choice([0.0, 0.0, 0.1, 0.4]), write_faults=faults,
+        clock_jump_s=clock_jump_s, sweep_every_s=rng.choice([0.5, 5.0]),
+        client_faults=client, unreadable_rate=rng.choice([0.0, 0.0, 0.03]),
+        clock_skew_s=rng.choice([0.0, 0.0, rng.uniform(0.0, 0.2) * margin]))
+    if rng.random() < 0.5:  # a second pod from the start: calls from several pods
+        scenario.events.insert(0, (0.0, "join"))
+    _draw_pod_kind(rng, scenario)
+    return scenario
+
+
+def _draw_pod_kind(rng: random.Random, scenario: Scenario) -> None:
+    """What else the pods are: the batch baseline, several worker processes (`--workers`),
+    the built-in HTTP handler on an in-memory transport."""
+    flags = scenario.flags
+    if rng.random() < 0.06:  # the batch baseline: a fixed batch, no wait topic, no flow policy
+        flags.update(mode="batch", ordering="unordered", circuit_breaker="off",
+                     concurrency=rng.choice([1, 3, 8, 16]))
+        flags.pop("min_concurrency", None)
+        flags.pop("max_concurrency", None)
+    elif rng.random() < 0.12:
+        window = flags.get("max_concurrency", flags["concurrency"])
+        flags["workers"] = min(window, rng.choice([2, 3]))
+    scenario.http = rng.random() < 0.15
+
+
 def quiet(flags: dict[str, Any] | None = None, **fields: Any) -> Scenario:
     """A scenario with no fault at all, then `flags` and `fields` on top: the start of a
     hand-written case (a defect's failing-first test)."""
@@ -182,9 +308,10 @@ class Call:
     offset: int
     key: bytes | None
     started: float
-    generation: int = 0  # the group's generation when it started
+    generation: int = 0  # the group generation its pod's assignment came from (its ownership)
     ended: float | None = None
     outcome: str = ""
+    returned: bool = False  # its handler returned a value (a result record is due)
 
 
 @dataclass
@@ -198,9 +325,25 @@ class PodRun:
     alive: bool = True
     killed_at: float | None = None
     stopped_at: float | None = None
+    stop_asked_at: float | None = None  # SIGTERM
     error: BaseException | None = None
-    window: int = 0
+    window: int = 0  # the most calls it may run (--max-concurrency under auto)
     metrics: DispatcherMetrics = field(default_factory=DispatcherMetrics)
+    windows: list[tuple[float, int]] = field(default_factory=list)  # (when, its window size)
+    injected: list[BaseException] = field(default_factory=list)  # fatal errors its writes raised
+    supervisor: str = ""  # the pod it is a worker of (`--workers`); its own name with one
+    # When the group fenced it, and when it noticed (a zombie in between; None: it never did)
+    fences: list[tuple[float, float | None]] = field(default_factory=list)
+    siblings: list[PodRun] = field(default_factory=list)  # the other workers of its pod
+
+    def window_at(self, at: float) -> int:
+        """The window's size at `at` (its largest when it has not told)."""
+        size = self.window
+        for when, value in self.windows:
+            if when > at:
+                break
+            size = value
+        return size
 
 
 @dataclass
@@ -215,18 +358,23 @@ class RunLog:
     pods: list[PodRun] = field(default_factory=list)
     swept: dict[str, float] = field(default_factory=dict)  # wait id → when the sweep sent it
     warnings: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # every log line the engine's loggers let out
     finished: bool = False
     fatal_injected: bool = False
     end_s: float = 0.0
 
 
 class _Warnings(logging.Handler):
-    def __init__(self, into: list[str]) -> None:
-        super().__init__(logging.WARNING)
+    def __init__(self, into: list[str], lines: list[str]) -> None:
+        super().__init__(logging.NOTSET)
         self._into = into
+        self._lines = lines
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._into.append(record.getMessage())
+        message = record.getMessage()
+        self._lines.append(f"{record.levelname} {record.name}: {message}")
+        if record.levelno >= logging.WARNING:
+            self._into.append(message)
 
 
 class World:
@@ -240,15 +388,25 @@ class World:
                                  result_topic=f"{GROUP}.result", create_topics=False,
                                  **{k: str(v) for k, v in flags.items()})
         self.settings = settings
+        # --workers K: each worker a pod of its own with its share of the window and of the
+        # rate limit, as `dispatcher.pod.workers` gives them
+        self.worker_settings = [settings] if settings.workers == 1 else [
+            load_settings(input_topic=INPUT, group=GROUP, handler="sim:handle",
+                          result_topic=f"{GROUP}.result", create_topics=False,
+                          **{**{k: str(v) for k, v in flags.items() if k != "workers"},
+                             **_fields(own)}) for own in worker_flags(settings)]
         self.topics = settings.topics(local_stack=False)
         self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout_s)
         self.cluster.commit_failure_rate = scenario.commit_failure_rate
+        self.cluster.faults = scenario.client_faults
         self.log = RunLog(scenario, self.cluster, settings, self.topics)
         self._pod_clock_offset_s = 0.0
+        self._most_ahead_s = 0.0
         self._sweep_ahead_s = 0.0  # moved at the end only: what stays open expires
         self._mirror = Mirror(dlq_topic=self.topics.dlq_topic, group=GROUP)
         self._incarnations = 0
-        self._live: dict[str, PodRun] = {}
+        self._live: dict[str, list[PodRun]] = {}  # each live pod's workers
+        self._counterparty: web.Server | None = None  # the HTTP counterparty, made in `run`
 
     # --- clocks ---
 
@@ -260,13 +418,18 @@ class World:
         """The true time of day: the sweep's (the reconciliation job's) clock."""
         return EPOCH_S + self.now + self._sweep_ahead_s
 
-    def pod_wall(self) -> float:
-        """The pods' time of day, which a clock jump (NTP stepping the host's clock) moves."""
-        return self.wall() + self._pod_clock_offset_s
+    def pod_wall(self, skew_s: float = 0.0) -> float:
+        """A pod's time of day: the sweep's, moved by clock steps (NTP stepping the hosts'
+        clocks, forward or back) and by the pod's own skew."""
+        return self.wall() + self._pod_clock_offset_s + skew_s
 
     # --- the counterparty ---
 
-    def _handler_for(self, pod: PodRun) -> Callable[[Record], Any]:
+    def _handler_for(self, pod: PodRun,
+                     http: AiohttpHandler | None = None) -> Callable[[Record], Any]:
+        """The pod's handler: each call noted as the counterparty sees it, answered as the
+        scenario says, directly or (`http`) by the built-in HTTP handler's request to the
+        simulated counterparty (`_serve`)."""
         calls: dict[int, Call] = {}
         behaviour = self.scenario.behaviour
         names, weights = list(behaviour), list(behaviour.values())
@@ -281,15 +444,15 @@ class World:
             else:  # a new call (the same Record object comes back for each retry)
                 call = calls[id(record)] = Call(pod.name, record.wait_id, record.topic,
                                                 record.partition, record.offset, record.key,
-                                                self.now, self.cluster.generation)
+                                                self.now, pod.consumer.group_generation() or 0)
                 self.log.calls.append(call)
                 call.record = record  # type: ignore[attr-defined]  # keeps its id unique
             try:
                 if self.scenario.handle is not None:
                     outcome = await self.scenario.handle(self, call, record)
                 else:
-                    outcome = await self._behave(self.rng.choices(names, weights)[0], deadline,
-                                                 call)
+                    outcome = await (self._behave(self.rng.choices(names, weights)[0], deadline,
+                                                  call) if http is None else http.handle(record))
             except asyncio.CancelledError:
                 if pod.alive:  # a killed pod's calls ended with it
                     call.ended = self.now
@@ -307,10 +470,56 @@ class World:
                 raise
             if not pod.alive:  # the answer reaches a dead pod: it never returns
                 await asyncio.get_running_loop().create_future()
-            call.ended, call.outcome = self.now, "ok"
+            call.ended, call.outcome, call.returned = self.now, "ok", outcome is not None
             return outcome
 
         return handle
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The counterparty behind the built-in HTTP handler: the scenario's behaviour as HTTP
+        answers (a final error a 400, a retryable one a 503, the handler's own cancellation a
+        connection reset, a huge result a body past the handler's read limit)."""
+        await request.read()
+        deadline = self.settings.deadline
+        outage = self.scenario.outage
+        if outage is not None and outage[0] <= self.now < outage[1]:
+            await asyncio.sleep(deadline * 2)  # the connector refuses the other half
+        await asyncio.sleep(self.rng.uniform(0.001, deadline / 4))
+        behaviour = self.scenario.behaviour
+        what = self.rng.choices(list(behaviour), list(behaviour.values()))[0]
+        if what == "slow":
+            await asyncio.sleep(deadline * self.rng.uniform(0.5, 1.5))
+        elif what == "hang":
+            await asyncio.sleep(deadline * 100)
+        elif what == "error":
+            return web.Response(status=400, text="the counterparty said no (simulated)")
+        elif what == "retryable":
+            retry_after = self.rng.choice([None, "0", "1"])
+            return web.Response(status=503, text="try again (simulated)",
+                                headers={} if retry_after is None else {"Retry-After": retry_after})
+        elif what == "cancelled":
+            assert request.transport is not None
+            request.transport.close()  # a reset mid-answer: the client sees the connection drop
+            await asyncio.get_running_loop().create_future()
+        elif what == "huge":
+            return web.Response(body=b"x" * (2 * SUMMARY_READ_BYTES))
+        return web.Response(body=b'{"ok": true}', content_type="application/json")
+
+    def _http_handler(self, pod: PodRun, window: int) -> AiohttpHandler:
+        """The built-in HTTP handler as `--counterparty-url` presets it (a connection per window
+        slot, the call summary as result), its connections in memory to `_serve`; during an
+        outage half of the new connections are refused."""
+        assert self._counterparty is not None
+        server = self._counterparty
+        outage = self.scenario.outage
+
+        def refused() -> bool:
+            return (outage is not None and outage[0] <= self.now < outage[1]
+                    and self.rng.random() < 0.5)
+
+        return AiohttpHandler(counterparty_url_preset(COUNTERPARTY_URL, max_connections=window),
+                              connector=lambda: InMemoryConnector(server, limit=window,
+                                                                  refused=refused))
 
     async def _behave(self, what: str, deadline: float, call: Call) -> bytes | None:
         outage = self.scenario.outage
@@ -336,40 +545,73 @@ class World:
 
     # --- pods ---
 
-    async def start_pod(self, name: str) -> PodRun:
+    async def start_pod(self, name: str) -> list[PodRun]:
+        """Start pod `name` (its workers under `--workers`, each a group member) and let the
+        group rebalance; its workers."""
         self._incarnations += 1
-        member = f"{name}#{self._incarnations}"
-        consumer = self.scenario.make_consumer(self.cluster, member, self.settings.window_size)
-        pod = PodRun(member, consumer, asyncio.Event(), window=self.settings.window_size)
-        writer: AckedWrites = SimWriter(self.cluster, member, self._faults_for(),
-                                        lambda: pod.alive)
-        if self.scenario.before_write is not None:
-            writer = _HeldWriter(self, member, writer, self.scenario.before_write)
-        handler = LoadedHandler("sim:handle", self._handler_for(pod))
-        pod.task = asyncio.create_task(self._run_pod(pod, consumer, writer, handler),
-                                       name=f"pod {member}")
-        self.log.pods.append(pod)
-        self._live[name] = pod
-        await asyncio.sleep(0)  # it subscribes
+        supervisor = f"{name}#{self._incarnations}"
+        several = len(self.worker_settings) > 1
+        workers: list[PodRun] = []
+        for index, settings in enumerate(self.worker_settings):
+            member = f"{supervisor}w{index}" if several else supervisor
+            consumer = self.scenario.make_consumer(self.cluster, member, settings.window_size)
+            pod = PodRun(member, consumer, asyncio.Event(), window=settings.window_size,
+                         supervisor=supervisor, siblings=workers)
+            self._watch_window(pod)
+            sim_writer = SimWriter(self.cluster, member, self._faults_for(), lambda p=pod: p.alive)
+            pod.injected = sim_writer.injected
+            writer: AckedWrites = sim_writer
+            if self.scenario.before_write is not None:
+                writer = _HeldWriter(self, member, writer, self.scenario.before_write)
+            pod.task = asyncio.create_task(self._run_pod(pod, settings, consumer, writer),
+                                           name=f"pod {member}")
+            self.log.pods.append(pod)
+            workers.append(pod)
+        self._live[name] = workers
+        await asyncio.sleep(0)  # they subscribe
         await self.cluster.rebalance([INPUT])
-        return pod
+        return workers
+
+    def _watch_window(self, pod: PodRun) -> None:
+        """Note each size the pod's window takes (its `waitline_window` gauge), so the oracle
+        can hold the bounds to the window of the moment under `--concurrency auto`."""
+        gauge = pod.metrics.window
+        set_gauge = gauge.set
+
+        def noted(value: float) -> None:
+            pod.windows.append((self.now, int(value)))
+            set_gauge(value)
+
+        gauge.set = noted  # type: ignore[method-assign]
 
     def _faults_for(self) -> WriteFaults:
         faults = self.scenario.write_faults
-        return WriteFaults(faults.latency_s, faults.slow_rate, faults.slow_s, faults.fatal_at)
+        return dataclasses.replace(faults)
 
-    async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: AckedWrites,
-                       handler: LoadedHandler) -> None:
+    async def _run_pod(self, pod: PodRun, settings: DispatchSettings, consumer: SimConsumer,
+                       writer: AckedWrites) -> None:
+        skew = self.scenario.clock_skew_s
+        skew_s = self.rng.uniform(-skew, skew) if skew else 0.0
         try:
-            async with open_engine(self.settings, consumer=consumer, writer=writer,
-                                   topics=self.topics, metrics=pod.metrics, handler=handler,
-                                   clock=self.pod_wall) as engine:
+            async with contextlib.AsyncExitStack() as opened:
+                http = None
+                if self.scenario.http:
+                    http = await opened.enter_async_context(
+                        self._http_handler(pod, settings.window_size))
+                handler = LoadedHandler("sim:handle", self._handler_for(pod, http))
+                engine = await opened.enter_async_context(open_engine(
+                    settings, consumer=consumer, writer=writer, topics=self.topics,
+                    metrics=pod.metrics, handler=handler, clock=lambda: self.pod_wall(skew_s)))
                 await engine.run(pod.stop)
         except asyncio.CancelledError:
             if pod.alive:
                 raise
         except Exception as exc:  # judged by the oracle
             pod.error = exc
+            for sibling in pod.siblings:  # its supervisor stops the other workers
+                if sibling is not pod and sibling.stop_asked_at is None:
+                    sibling.stop_asked_at = self.now
+                    sibling.stop.set()
         finally:
             pod.stopped_at = self.now
             self.cluster.leave(consumer.member_id)
@@ -378,31 +620,63 @@ class World:
                     call.ended, call.outcome = self.now, "cut off"
 
     async def sigterm(self, name: str) -> None:
-        pod = self._live.pop(name, None)
-        if pod is None or pod.task is None:
-            return
-        pod.stop.set()
-        await asyncio.wait([pod.task])
-        if self._live:
+        """SIGTERM: every worker of the pod drains and stops."""
+        workers = self._live.pop(name, [])
+        for pod in workers:
+            if pod.stop_asked_at is None:
+                pod.stop_asked_at = self.now
+            pod.stop.set()
+        tasks = [pod.task for pod in workers if pod.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        if workers and self._live:
             await self.cluster.rebalance([INPUT])
 
     async def kill(self, name: str) -> None:
-        pod = self._live.pop(name, None)
-        if pod is None or pod.task is None:
-            return
-        pod.alive = False
-        pod.killed_at = self.now
-        pod.consumer.dead = True
+        """kill -9 of the pod (its container: every worker)."""
+        workers = self._live.pop(name, [])
+        for pod in workers:
+            pod.alive = False
+            pod.killed_at = self.now
+            pod.consumer.dead = True
         for call in self.log.calls:  # the dead pod's calls end with it
-            if call.pod == pod.name and (call.ended is None or call.ended > self.now):
+            if (any(call.pod == pod.name for pod in workers)
+                    and (call.ended is None or call.ended > self.now)):
                 call.ended, call.outcome = self.now, "killed"
-        while not pod.task.done():
-            pod.task.cancel()
-            await asyncio.wait([pod.task], timeout=1.0)
+        for pod in workers:
+            while pod.task is not None and not pod.task.done():
+                pod.task.cancel()
+                await asyncio.wait([pod.task], timeout=1.0)
+        if not workers:
+            return
         await asyncio.sleep(self.rng.uniform(0.1, 3.0))  # the group notices (session timeout)
-        self.cluster.leave(pod.consumer.member_id)
+        for pod in workers:
+            self.cluster.leave(pod.consumer.member_id)
         if self._live:
             await self.cluster.rebalance([INPUT])
+
+    async def fence(self, name: str) -> None:
+        """The group fences the pod (its session lost: a network partition from the group
+        coordinator, a long pause) and gives its partitions to the others; it does not know
+        for a while (until its heartbeat is refused): it fetches, calls and writes on, and its
+        commits fail. Then, as aiokafka does, it revokes what it held and joins again."""
+        workers = self._live.get(name, [])
+        if not workers:
+            return
+        fenced_at = self.now
+        for pod in workers:
+            self.cluster.fence(pod.consumer.member_id)
+        await self.cluster.rebalance([INPUT])
+        await asyncio.sleep(self.rng.uniform(0.5, 4.0))
+        if self._live.get(name) is not workers:
+            for pod in workers:  # stopped or killed meanwhile
+                pod.fences.append((fenced_at, None))
+            return
+        await asyncio.gather(*(pod.consumer.rejoin() for pod in workers
+                               if pod.task is not None and not pod.task.done()))
+        for pod in workers:
+            pod.fences.append((fenced_at, self.now))
+        await self.cluster.rebalance([INPUT])
 
     # --- the input, the sweep, the faults ---
 
@@ -410,8 +684,10 @@ class World:
         scenario = self.scenario
         if scenario.inputs is not None:
             for one in scenario.inputs:
-                self.cluster.append(INPUT, one.partition,
-                                    OutgoingRecord(one.key, one.value, one.headers))
+                written = self.cluster.append(INPUT, one.partition,
+                                              OutgoingRecord(one.key, one.value, one.headers))
+                if one.unreadable:
+                    self.cluster.unreadable.add((INPUT, one.partition, written.offset))
             return
         gap = scenario.produce_over_s / max(1, scenario.records)
         for index in range(scenario.records):
@@ -423,8 +699,10 @@ class World:
                 value = b"v" * (self.cluster.limits[self.topics.wait_topic] + 10)
             key = f"k{self.rng.randrange(scenario.keys)}".encode()
             partition = self.rng.randrange(scenario.partitions)
-            self.cluster.append(INPUT, partition,
-                                OutgoingRecord(key, value, (("n", str(index).encode()),)))
+            record = self.cluster.append(INPUT, partition,
+                                         OutgoingRecord(key, value, (("n", str(index).encode()),)))
+            if self.rng.random() < scenario.unreadable_rate:
+                self.cluster.unreadable.add((INPUT, partition, record.offset))
             if gap:
                 await asyncio.sleep(gap)
 
@@ -465,9 +743,27 @@ class World:
             await self.kill(self.rng.choice(names))
         elif what == "clock_jump":
             self._pod_clock_offset_s += self.scenario.clock_jump_s
+            self._most_ahead_s = max(self._most_ahead_s, self._pod_clock_offset_s)
+        elif what in ("revoke_kill", "revoke_commits_fail") and names:
+            await self._fault_during_revoke(what, names)
+        elif what == "fence" and names:
+            await self.fence(self.rng.choice(names))
         if not self._live:  # an orchestrator starts a pod again
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
             await self.start_pod("a")
+
+    async def _fault_during_revoke(self, what: str, names: list[str]) -> None:
+        """A rebalance, and while its revokes wait, a kill -9 of one pod or a spell of failing
+        commits (a coordinator moving)."""
+        rebalance = asyncio.create_task(self.cluster.rebalance([INPUT]), name="rebalance")
+        await asyncio.sleep(self.rng.uniform(0.0, self.settings.window().revoke_wait_s))
+        if what == "revoke_kill":
+            await self.kill(self.rng.choice(names))
+        else:
+            before, self.cluster.commit_failure_rate = self.cluster.commit_failure_rate, 0.8
+            await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+            self.cluster.commit_failure_rate = before
+        await rebalance
 
     # --- the run ---
 
@@ -481,6 +777,7 @@ class World:
                                             (f"{GROUP}.result", 1, RESULT_LIMIT_BYTES)):
             cluster.create_topic(name, partitions, max_bytes=limits.get(name, max_bytes))
         self.log.fatal_injected = scenario.write_faults.fatal_at is not None
+        self._counterparty = web.Server(self._serve, handler_cancellation=True)
         producer = asyncio.create_task(self.produce(), name="producer")
         sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
         try:
@@ -509,7 +806,10 @@ class World:
                         await asyncio.wait([pod.task], timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
-        self._sweep_ahead_s += self.settings.wait_expiration + self._pod_clock_offset_s + 1
+        # Past every expiration any pod wrote: its clock was at most the largest step ahead
+        # (a step back leaves earlier wait records with their later expirations) plus its skew.
+        self._sweep_ahead_s += (self.settings.wait_expiration + self._most_ahead_s
+                                + self.scenario.clock_skew_s + 1)
         self.sweep()  # what stays open expires
         self.log.end_s = self.now
         return self.log
@@ -534,7 +834,14 @@ class World:
         return False
 
     def _live_running(self) -> bool:
-        return any(p.task is not None and not p.task.done() for p in self._live.values())
+        return any(p.task is not None and not p.task.done()
+                   for workers in self._live.values() for p in workers)
+
+
+def _fields(flags: list[str]) -> dict[str, str]:
+    """`["--max-concurrency", "3", ...]` as settings fields: {"max_concurrency": "3", ...}."""
+    return {name.removeprefix("--").replace("-", "_"): value
+            for name, value in zip(flags[::2], flags[1::2], strict=True)}
 
 
 class _HeldWriter:
@@ -565,7 +872,7 @@ def simulate(seed_or_scenario: int | Scenario) -> RunLog:
     loop = looptime.new_event_loop(noop_cycles=0)
     logger = logging.getLogger("dispatcher")
     world = World(scenario)
-    catcher = _Warnings(world.log.warnings)
+    catcher = _Warnings(world.log.warnings, world.log.lines)
     logger.addHandler(catcher)
     if logger.getEffectiveLevel() > logging.WARNING:
         logger.setLevel(logging.WARNING)  # the oracle reads the engine's warnings
