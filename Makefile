@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit simulate lint demo bench chaos up down status clean
+.PHONY: setup test test-unit simulate lint demo bench bench-guard chaos up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -46,9 +46,16 @@ chaos: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest chaos --scale full --out docs/RELIABILITY.md
 
+# The cost guard's base (make bench ends with it; make bench-guard runs it alone): a revision;
+# empty: the newest release tag, else the one loadtest/bench/guard.py records.
+BENCH_BASE ?=
 bench: setup
 	$(VENV)/waitline dev up
-	$(VENV)/waitline loadtest bench --out docs/BENCHMARKS.md
+	$(VENV)/waitline loadtest bench --out docs/BENCHMARKS.md $(if $(BENCH_BASE),--base $(BENCH_BASE))
+
+bench-guard: setup
+	$(VENV)/waitline dev up
+	$(VENV)/waitline loadtest guard --out docs/BENCHMARKS.md $(if $(BENCH_BASE),--base $(BENCH_BASE))
 
 clean: down
 	rm -rf .waitline .pytest_cache .mypy_cache .ruff_cache

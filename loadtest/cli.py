@@ -122,6 +122,34 @@ def bare(
                               wait_topic=wait_topic))
 
 
+@app.command(epilog="Example: waitline loadtest peer pyrallel-consumer --topic orders --url "
+                    "http://127.0.0.1:8080/ --concurrency 1000 --metrics-port 9200")
+def peer(
+    name: Annotated[str, typer.Argument(help="The peer: pyrallel-consumer.")],
+    *,
+    topic: Annotated[str, typer.Option(help="Topic to consume.")],
+    url: Annotated[str, typer.Option(help="URL each value is POSTed to.")],
+    group: Annotated[str, typer.Option(help="Consumer group.")] = "waitline-peer",
+    concurrency: Annotated[int, typer.Option(help="Calls in flight (its max_in_flight).",
+                                             min=1)] = 100,
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.", min=1)] = 9200,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+) -> None:
+    """Another parallel consumer on the same job as the pod: consume and POST each value."""
+    from loadtest.bench.peers import run_pyrallel_loop  # noqa: PLC0415
+    from loadtest.bench.scenarios import PEERS, PYRALLEL  # noqa: PLC0415
+
+    if name != PYRALLEL:
+        _fail(f"unknown peer {name!r}; choose one of: {', '.join(PEERS)}", CONFIG_EXIT_CODE)
+    try:
+        servers = resolve_bootstrap_servers(bootstrap_servers)
+        asyncio.run(run_pyrallel_loop(bootstrap=servers, topic=topic, group=group, url=url,
+                                      concurrency=concurrency, metrics_port=metrics_port))
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+
+
 @app.command("produce",
              epilog="Example: waitline loadtest produce --topic orders --count 10000 --rate 500")
 def produce_command(
@@ -149,7 +177,7 @@ def produce_command(
 
 def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                    work_dir: Path, custom: Callable[[], Scenario] | None = None,
-                   ) -> list[RunResult]:
+                   rounds: int = 1) -> list[RunResult]:
     """Run scenarios one after another (or the `custom` one), reporting progress; exits
     cleanly on bad input."""
     from loadtest.bench.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
@@ -170,7 +198,7 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                     status.update(f"{name}: {text}")
 
                 results += asyncio.run(run_scenario(scenario, servers, work_dir,
-                                                    on_progress=show))
+                                                    on_progress=show, rounds=rounds))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     return results
@@ -196,7 +224,9 @@ def compare(
     duration: Annotated[str, typer.Option(
         help="Steady state per run, e.g. 30s.", rich_help_panel=_FREE)] = "30s",
     mode: Annotated[str, typer.Option(
-        help="at-least-once or batch.", rich_help_panel=_FREE)] = "at-least-once",
+        help="at-least-once, batch, bare, bare-wait (the baseline loops) or "
+             "pyrallel-consumer (a peer: the peers extra).",
+        rich_help_panel=_FREE)] = "at-least-once",
     partitions: Annotated[int, typer.Option(
         help="Partitions of each run's input topic.", rich_help_panel=_FREE)] = 8,
     ordering: Annotated[str, typer.Option(
@@ -214,6 +244,9 @@ def compare(
     loop_lag_target: Annotated[str | None, typer.Option(
         help="The pod's --loop-lag-target (0: no loop guard, e.g. to hold 10,000 in flight "
              "for a memory measurement); default: the pod's.", rich_help_panel=_FREE)] = None,
+    rounds: Annotated[int, typer.Option(
+        help="Run every run this many times, the order reversed every other round; the peer "
+             "table gives medians and ranges over the rounds.", min=1)] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -225,6 +258,7 @@ def compare(
     from loadtest.bench.compare import (  # noqa: PLC0415
         markdown_table,
         overhead_lines,
+        peer_lines,
         saturation_lines,
         write_json,
         write_plot,
@@ -240,9 +274,10 @@ def compare(
                                loop_lag_target=loop_lag_target)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
-                             custom if concurrency is not None else None)
+                             custom if concurrency is not None else None, rounds)
     typer.echo(markdown_table(results))
-    typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)))
+    typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)
+                         + peer_lines(results)))
     if json_path:
         write_json(results, json_path)
         typer.echo(f"JSON: {json_path}")
@@ -356,6 +391,99 @@ def revisions_command(
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
 
 
+@app.command("profile", epilog="Example: waitline loadtest profile --window 1000 --rounds 2")
+def profile_command(
+    *,
+    window: Annotated[int, typer.Option(help="The window N of every loop.", min=1)] = 1000,
+    loops: Annotated[str, typer.Option(
+        help="Comma-separated loops (compare's modes), profiled one after the other; with two, "
+             "the table adds the second less the first.")] = "bare-wait,at-least-once",
+    seconds: Annotated[float, typer.Option(help="Sampled seconds per loop and round.",
+                                           min=1.0)] = 20.0,
+    rate: Annotated[int, typer.Option(help="py-spy samples per second.", min=1)] = 100,
+    rounds: Annotated[int, typer.Option(help="Sampled windows per loop (the order alternates); "
+                                             "their samples add up.", min=1)] = 1,
+    records: Annotated[int, typer.Option(help="Backlog per loop and round: enough to outlast "
+                                              "the sampling.", min=1000)] = 120_000,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Where a loop's CPU per record goes, by component (py-spy over a steady state).
+
+    By default the protocol floor (bare-wait) and the pod at N = 1000: the last column is what
+    the engine adds above the two acknowledged writes."""
+    from loadtest.bench.profile import markdown, profile_loops  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
+
+    modes = [m.strip() for m in loops.split(",") if m.strip()]
+    if not modes or any(m not in ("at-least-once", *BASELINES, *PEERS) for m in modes):
+        _fail(f"--loops: {loops!r}; choose among at-least-once, "
+              f"{', '.join((*BASELINES, *PEERS))}", CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    try:
+        with console.status("profile: starting") as status:
+            profiles = asyncio.run(profile_loops(
+                resolve_bootstrap_servers(bootstrap_servers), Path("reports/profile"), modes,
+                window, records=records, seconds=seconds, rate=rate, rounds=rounds,
+                on_progress=lambda text: status.update(f"profile: {text}")))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(profiles))
+
+
+GuardBase = Annotated[str | None, typer.Option(
+    help="The revision to compare against (BENCH_BASE for make); default: the newest release "
+         "tag, else the revision recorded in loadtest/bench/guard.py.")]
+
+
+def _run_guard(base: str | None, rounds: int, out: Path | None,
+               bootstrap_servers: str | None) -> None:
+    """The cost guard: this checkout against `base`, side by side at N = 100 and 1,000; the
+    table is printed and, with `out`, a row added to its history."""
+    from loadtest.bench.guard import (  # noqa: PLC0415
+        GUARD_WINDOWS,
+        checkout_name,
+        default_base,
+        history_row,
+        record_history,
+    )
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import revision_variants  # noqa: PLC0415
+
+    base = base or default_base()
+    work_dir = Path("reports/guard")
+    try:
+        variants = revision_variants(base, None, work_dir)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              work_dir, GUARD_WINDOWS, rounds=rounds,
+                                              variants=variants))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    names = (variants[0].name, variants[1].name)
+    typer.echo(f"cost guard: this checkout against {base}\n")
+    typer.echo(markdown(samples, names))
+    row = history_row(samples, *names, base_label=base, head_label=checkout_name())
+    typer.echo(row)
+    if out is not None:
+        record_history(out, row)
+        typer.echo(f"history: {out}")
+
+
+@app.command("guard", epilog="Example: waitline loadtest guard --base 903f2a9 --rounds 3")
+def guard_command(
+    *,
+    base: GuardBase = None,
+    rounds: Annotated[int, typer.Option(help="Rounds per window.", min=1)] = 3,
+    out: Annotated[Path | None, typer.Option(
+        help="Add the result to this file's history (e.g. docs/BENCHMARKS.md).")] = None,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """The cost guard: CPU per record of this checkout's pod over a base revision's.
+
+    Side by side at N = 100 and 1,000, as `waitline loadtest revisions` measures; `make bench`
+    ends with it."""
+    _run_guard(base, rounds, out, bootstrap_servers)
+
+
 def _windows(text: str) -> list[int]:
     try:
         sizes = [int(w) for w in text.split(",") if w.strip()]
@@ -384,6 +512,10 @@ def bench(
         help="Then benchmark the console (`waitline loadtest console-bench --records "
              f"{FULL_RECORDS}`).")
     ] = True,
+    guard: Annotated[bool, typer.Option(
+        help="End with the cost guard (`waitline loadtest guard`): this checkout's CPU per "
+             "record over the base's, added to the history.")] = True,
+    base: GuardBase = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
     dsn: Annotated[str | None, typer.Option(
@@ -407,4 +539,6 @@ def bench(
     if console:
         console_bench(out=out, records=FULL_RECORDS, bootstrap_servers=bootstrap_servers,
                       dsn=dsn)
+    if guard:
+        _run_guard(base, 3, out, bootstrap_servers)
     typer.echo(f"wrote {out}")
