@@ -109,17 +109,34 @@ def bare(
         help="Write each record's wait record before its POST and its tombstone after it, as "
              "the pod does, with none of the pod's engine (the protocol floor); the topic is "
              "created as the pod creates it.")] = None,
+    event_loop: Annotated[str, typer.Option(
+        help="asyncio (asyncio's own loop), uvloop, or auto (uvloop when installed, as the "
+             "pod).")] = "asyncio",
+    gc_thresholds: Annotated[str, typer.Option(
+        help="Python's garbage-collector thresholds gen0,gen1,gen2, or python (the "
+             "interpreter's); the pod's default is 50000,20,20.")] = "python",
 ) -> None:
     """The overhead baseline: consume and POST, no wait topic, no retries (at most once)."""
+    from dispatcher.pod.cli import run_event_loop  # noqa: PLC0415
+    from dispatcher.pod.collector import collector_thresholds, parse_gc_thresholds  # noqa: PLC0415
+    from dispatcher.pod.settings import EventLoop  # noqa: PLC0415
     from loadtest.bench.bare import run_bare_loop  # noqa: PLC0415
 
     try:
         servers = resolve_bootstrap_servers(bootstrap_servers)
+        thresholds = parse_gc_thresholds(gc_thresholds)
+        loop = EventLoop(event_loop)
+    except ValueError:
+        _fail(f"--event-loop {event_loop!r}: choose asyncio, uvloop or auto", CONFIG_EXIT_CODE)
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
-    asyncio.run(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
-                              concurrency=concurrency, metrics_port=metrics_port,
-                              wait_topic=wait_topic))
+    with collector_thresholds(thresholds):
+        try:
+            run_event_loop(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
+                                         concurrency=concurrency, metrics_port=metrics_port,
+                                         wait_topic=wait_topic), loop)
+        except ConfigError as exc:
+            _fail(str(exc), CONFIG_EXIT_CODE)
 
 
 @app.command(epilog="Example: waitline loadtest peer pyrallel-consumer --topic orders --url "
@@ -224,7 +241,8 @@ def compare(
     duration: Annotated[str, typer.Option(
         help="Steady state per run, e.g. 30s.", rich_help_panel=_FREE)] = "30s",
     mode: Annotated[str, typer.Option(
-        help="at-least-once, batch, bare, bare-wait (the baseline loops) or "
+        help="at-least-once, batch, bare, bare-wait (the baseline loops; -tuned: on the pod's "
+             "event loop and collector thresholds) or "
              "pyrallel-consumer (a peer: the peers extra).",
         rich_help_panel=_FREE)] = "at-least-once",
     partitions: Annotated[int, typer.Option(
@@ -397,7 +415,7 @@ def profile_command(
     window: Annotated[int, typer.Option(help="The window N of every loop.", min=1)] = 1000,
     loops: Annotated[str, typer.Option(
         help="Comma-separated loops (compare's modes), profiled one after the other; with two, "
-             "the table adds the second less the first.")] = "bare-wait,at-least-once",
+             "the table adds the second less the first.")] = "bare-wait-tuned,at-least-once",
     seconds: Annotated[float, typer.Option(help="Sampled seconds per loop and round.",
                                            min=1.0)] = 20.0,
     rate: Annotated[int, typer.Option(help="py-spy samples per second.", min=1)] = 100,
@@ -409,8 +427,9 @@ def profile_command(
 ) -> None:
     """Where a loop's CPU per record goes, by component (py-spy over a steady state).
 
-    By default the protocol floor (bare-wait) and the pod at N = 1000: the last column is what
-    the engine adds above the two acknowledged writes."""
+    By default the protocol floor on the pod's event loop and collector thresholds
+    (bare-wait-tuned) and the pod at N = 1000: the last column is what the engine adds above the
+    two acknowledged writes."""
     from loadtest.bench.profile import markdown, profile_loops  # noqa: PLC0415
     from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
 

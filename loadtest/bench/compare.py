@@ -27,13 +27,17 @@ from typing import Protocol
 import aiohttp
 import psutil
 
+from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
 from dispatcher.ports import free_port
 from loadtest.bench.scenarios import (
     AUTO,
     BARE,
+    BARE_TUNED,
     BARE_WAIT,
+    BARE_WAIT_TUNED,
     BASELINES,
     PEERS,
+    TUNED,
     RunSpec,
     Scenario,
 )
@@ -161,7 +165,9 @@ def loop_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str
                 "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
                 "--metrics-port", str(metrics_port)]
     if spec.mode in BASELINES:
-        wait = ["--wait-topic", f"{group}.wait"] if spec.mode == BARE_WAIT else []
+        wait = ["--wait-topic", f"{group}.wait"] if spec.mode.startswith(BARE_WAIT) else []
+        if spec.mode.endswith(TUNED):
+            wait += ["--event-loop", "auto", "--gc-thresholds", DEFAULT_GC_THRESHOLDS]
         return ["loadtest", "bare", "--topic", topic, "--group", group, "--url", url,
                 "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
                 "--metrics-port", str(metrics_port), *wait]
@@ -231,7 +237,8 @@ def peer_lines(rows: Sequence[RunResult]) -> list[str]:
     if not windows:
         return []
     lines = ["| N | loop | rounds | records/s | CPU ms/record | records/s ÷ bare | CPU ÷ bare | "
-             "CPU ÷ floor (bare-wait) |", "|---:|---|---:|---:|---:|---|---|---|"]
+             "CPU ÷ floor (bare-wait) | CPU ÷ bare-tuned | CPU ÷ bare-wait-tuned |",
+             "|---:|---|---:|---:|---:|---|---|---|---|---|"]
     for n in windows:
         of_n = [r for r in rows if r.concurrency == n]
         modes = list(dict.fromkeys(r.mode for r in of_n))
@@ -240,6 +247,7 @@ def peer_lines(rows: Sequence[RunResult]) -> list[str]:
             return {r.round: r for r in of_n if r.mode == mode}
 
         bare, floor = by_round(BARE), by_round(BARE_WAIT)
+        tuned, tuned_floor = by_round(BARE_TUNED), by_round(BARE_WAIT_TUNED)
         for mode in modes:
             runs = by_round(mode)
             tps = statistics.median(r.tps for r in runs.values())
@@ -248,7 +256,9 @@ def peer_lines(rows: Sequence[RunResult]) -> list[str]:
                 f"| {n:,} | {mode} | {len(runs)} | {tps:,.0f} | {cpu:.3f} | "
                 f"{_paired(runs, bare, lambda r: r.tps)} | "
                 f"{_paired(runs, bare, lambda r: r.cpu_s_per_1000)} | "
-                f"{_paired(runs, floor, lambda r: r.cpu_s_per_1000)} |")
+                f"{_paired(runs, floor, lambda r: r.cpu_s_per_1000)} | "
+                f"{_paired(runs, tuned, lambda r: r.cpu_s_per_1000)} | "
+                f"{_paired(runs, tuned_floor, lambda r: r.cpu_s_per_1000)} |")
     return [*lines, ""]
 
 

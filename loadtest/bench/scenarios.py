@@ -16,7 +16,11 @@ from loadtest.harness.topics import INPUT_PARTITIONS
 AUTO = "auto"
 BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
 BARE_WAIT = "bare-wait"  # the protocol floor: `waitline loadtest bare --wait-topic …`
-BASELINES = (BARE, BARE_WAIT)
+# The same two loops on the pod's event loop (uvloop) and garbage-collector thresholds instead of
+# asyncio's loop and Python's thresholds: what is left between them and the pod is the engine.
+TUNED = "-tuned"
+BARE_TUNED, BARE_WAIT_TUNED = BARE + TUNED, BARE_WAIT + TUNED
+BASELINES = (BARE, BARE_WAIT, BARE_TUNED, BARE_WAIT_TUNED)
 PYRALLEL = "pyrallel-consumer"  # a peer: `waitline loadtest peer pyrallel-consumer` (peers extra)
 PEERS = (PYRALLEL,)
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
@@ -148,14 +152,16 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "peers",
-            "The pod beside the bare loop, the protocol floor (bare-wait) and pyrallel-consumer "
-            "(asyncio, unordered, max_in_flight = N, its own at-least-once commits, a DLQ after "
-            "3 attempts; the peers extra, Python 3.12 or later), on the same mock (fixed:100) at "
+            "The pod beside the bare loop, the protocol floor (bare-wait), both also on the "
+            "pod's event loop and collector thresholds (-tuned), and pyrallel-consumer (asyncio, "
+            "unordered, max_in_flight = N, its own at-least-once commits, a DLQ after 3 "
+            "attempts; the peers extra, Python 3.12 or later), on the same mock (fixed:100) at "
             "N = 100 and 1000, one after the other; with --rounds, the order alternates and the "
             "peer table gives medians.",
             tuple(RunSpec(mode, n, "fixed:100", records, max_duration_s=60.0)
                   for n, records in ((100, 30_000), (1000, 60_000))
-                  for mode in (BARE, BARE_WAIT, "at-least-once", PYRALLEL)),
+                  for mode in (BARE, BARE_TUNED, BARE_WAIT, BARE_WAIT_TUNED, "at-least-once",
+                               PYRALLEL)),
         ),
         Scenario(
             "tiny",

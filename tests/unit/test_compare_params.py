@@ -48,7 +48,7 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "0"}, "'0' is neither a window"),
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
     ({"concurrency": "10", "mode": "turbo"},
-     "at-least-once, batch, bare, bare-wait or pyrallel-consumer"),
+     "at-least-once, batch, bare, bare-wait, bare-tuned, bare-wait-tuned or pyrallel-consumer"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
     ({"concurrency": "10", "keys": 0}, "--keys and --workers at least 1"),
@@ -125,7 +125,8 @@ def test_the_peers_scenario_runs_every_loop_at_each_window_on_one_model() -> Non
     runs = SCENARIOS["peers"].runs
     assert [(run.mode, run.concurrency) for run in runs] == [
         (mode, n) for n in (100, 1000)
-        for mode in ("bare", "bare-wait", "at-least-once", "pyrallel-consumer")]
+        for mode in ("bare", "bare-tuned", "bare-wait", "bare-wait-tuned", "at-least-once",
+                     "pyrallel-consumer")]
     assert {run.model for run in runs} == {"fixed:100"}
 
 
@@ -146,11 +147,24 @@ def test_peer_lines_pair_each_loop_with_the_bare_loop_of_its_round() -> None:
             _row("at-least-once", 100, 0.5, 900, 0)]  # no bare run at 100: no rows
     assert peer_lines(rows) == [
         "| N | loop | rounds | records/s | CPU ms/record | records/s ÷ bare | CPU ÷ bare | "
-        "CPU ÷ floor (bare-wait) |", "|---:|---|---:|---:|---:|---|---|---|",
+        "CPU ÷ floor (bare-wait) | CPU ÷ bare-tuned | CPU ÷ bare-wait-tuned |",
+        "|---:|---|---:|---:|---:|---|---|---|---|---|",
         "| 1,000 | bare | 2 | 3,500 | 0.225 | 1.00 (1.00 to 1.00) | 1.00 (1.00 to 1.00) | "
-        "0.90 (0.80 to 1.00) |",
+        "0.90 (0.80 to 1.00) | - | - |",
         "| 1,000 | at-least-once | 2 | 3,000 | 0.300 | 0.88 (0.75 to 1.00) | "
-        "1.35 (1.20 to 1.50) | 1.20 (1.20 to 1.20) |",
+        "1.35 (1.20 to 1.50) | 1.20 (1.20 to 1.20) | - | - |",
         "| 1,000 | bare-wait | 2 | 3,250 | 0.250 | 0.94 (0.88 to 1.00) | 1.12 (1.00 to 1.25) | "
-        "1.00 (1.00 to 1.00) |", ""]
+        "1.00 (1.00 to 1.00) | - | - |", ""]
     assert peer_lines(rows[-1:]) == []
+
+
+def test_a_tuned_baseline_runs_on_the_pods_event_loop_and_collector_thresholds() -> None:
+    run = custom_scenario(**{**DEFAULTS, "concurrency": "1000",  # type: ignore[arg-type]
+                             "mode": "bare-wait-tuned"}).runs[0]
+    args = loop_args(run, "in", "g", "http://mock/", bootstrap="k:1", metrics_port=9)
+    assert args[:2] == ["loadtest", "bare"]
+    assert args[-6:] == ["--wait-topic", "g.wait", "--event-loop", "auto", "--gc-thresholds",
+                         "50000,20,20"]
+    plain = custom_scenario(**{**DEFAULTS, "concurrency": "10",  # type: ignore[arg-type]
+                               "mode": "bare"}).runs[0]
+    assert "--event-loop" not in loop_args(plain, "in", "g", "u", bootstrap="k", metrics_port=9)
