@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit simulate lint demo bench bench-guard chaos up down status clean
+.PHONY: setup test test-unit simulate mutants lint demo bench bench-guard chaos up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -59,3 +59,10 @@ bench-guard: setup
 
 clean: down
 	rm -rf .waitline .pytest_cache .mypy_cache .ruff_cache
+
+# The engine's mutants (tests/simulation/mutants.py): each runs the sweep in a copy of the tree
+# and must be stopped within MUTANT_SEEDS seeds; MUTANT_JOBS at once (the machine is shared).
+MUTANT_SEEDS ?= 1000
+MUTANT_JOBS ?= 2
+mutants: setup
+	$(VENV)/python tests/simulation/mutants.py --seeds $(MUTANT_SEEDS) --jobs $(MUTANT_JOBS)

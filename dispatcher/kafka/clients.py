@@ -270,13 +270,20 @@ class KafkaSource:
                 max_records=max_records)
         except _UNREADABLE as exc:
             raise UnreadableRecordError(repr(exc)) from exc
+        except KafkaError as exc:
+            if exc.retriable:  # a broker away, a leader moving: the engine fetches again
+                raise KafkaClientError(f"fetch failed: {exc!r}") from exc
+            raise
         return fetched
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._consumer.seek(_client_partition(partition), offset)
 
     async def position(self, partition: TopicPartition) -> int:
-        position: int = await self._consumer.position(_client_partition(partition))
+        try:
+            position: int = await self._consumer.position(_client_partition(partition))
+        except KafkaError as exc:
+            raise KafkaClientError(f"cannot read the position: {exc!r}") from exc
         return position
 
     async def committed(self, partition: TopicPartition) -> int | None:

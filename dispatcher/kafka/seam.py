@@ -86,12 +86,15 @@ class SourceConsumer(Protocol):
                       max_records: int | None = None) -> Fetched:
         """Up to `max_records` (None: no limit) fetched records, of `partitions` or of any
         assigned one that is not paused, waiting at most `timeout_ms` for the first;
-        `UnreadableRecordError` when a record cannot be parsed (its position stays before it)."""
+        `UnreadableRecordError` when a record cannot be parsed (its position stays before it),
+        `KafkaClientError` when the fetch failed and may succeed if tried again."""
         ...
 
     def seek(self, partition: TopicPartition, offset: int) -> None: ...
 
-    async def position(self, partition: TopicPartition) -> int: ...
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record to fetch; `KafkaClientError` if unreadable."""
+        ...
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of `partition`; `KafkaClientError` if unreadable."""

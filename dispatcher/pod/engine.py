@@ -46,6 +46,7 @@ from dispatcher.pod.fetching import (
     first_set,
     read_committed,
     read_past_unreadable,
+    read_start_positions,
     unreadable_reference,
 )
 from dispatcher.pod.lag import LagReporter
@@ -65,6 +66,7 @@ POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
 REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
 FINAL_COMMIT_TRIES = 5
+FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is tried again
 
 
 class AtLeastOnceEngine:
@@ -170,12 +172,18 @@ class AtLeastOnceEngine:
     async def _poll_loop(self) -> None:
         while True:
             try:
-                await self._poll_once()
-            except UnreadableRecordError as exc:  # e.g. a header name that is not UTF-8
-                await read_past_unreadable(
-                    self._consumer, self._watermarks.expected_next,
-                    lambda tp, records: self._start_all(partition_key(tp), records),
-                    functools.partial(self._start_unreadable, error=exc))
+                try:
+                    await self._poll_once()
+                except UnreadableRecordError as exc:  # e.g. a header name that is not UTF-8
+                    self._next_partition += 1
+                    await read_past_unreadable(
+                        self._consumer, self._watermarks.expected_next,
+                        lambda tp, records: self._start_all(partition_key(tp), records),
+                        functools.partial(self._start_unreadable, error=exc),
+                        limit=max(1, self._held.room()), turn=self._next_partition)
+            except KafkaClientError as exc:  # a fetch or a position read failed: try again
+                log.warning("fetching failed, trying again in %.1f s: %r", FETCH_RETRY_S, exc)
+                await asyncio.sleep(FETCH_RETRY_S)
 
     def _start_unreadable(self, tp: TopicPartition, offset: int, *, error: Exception) -> None:
         key = partition_key(tp)
@@ -312,8 +320,9 @@ class AtLeastOnceEngine:
 
     async def _commit_revoked(self, keys: list[TopicPartitionKey], ends_at: float) -> None:
         """Commit the revoked partitions, trying again while the revoke's budget lasts: once
-        they are gone, no later commit can carry their offsets."""
-        while not await self._committer.commit(keys):
+        they are gone, no later commit can carry their offsets. A commit that hangs (a broker
+        not answering) is given up at the budget's end, so the member still rejoins in time."""
+        while not await self._commit_within(keys, ends_at):
             if monotonic_s() + REVOKE_COMMIT_RETRY_S >= ends_at:
                 log.warning("revoke: the commit of %s failed and the revoke's time is up; the "
                             "next owner calls again what was called here since the last commit",
@@ -321,9 +330,17 @@ class AtLeastOnceEngine:
                 return
             await asyncio.sleep(REVOKE_COMMIT_RETRY_S)
 
+    async def _commit_within(self, keys: list[TopicPartitionKey], ends_at: float) -> bool:
+        try:
+            async with asyncio.timeout(max(0.0, ends_at - monotonic_s())):
+                return await self._committer.commit(keys)
+        except TimeoutError:
+            return False
+
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         self._owner_generation = self._consumer.group_generation()
         await read_committed(self._consumer, assigned, self._watermarks)
+        await read_start_positions(self._consumer, assigned, self._watermarks)
         self._joined = True
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")

@@ -19,6 +19,7 @@ SHUTDOWN_LOG_RECORDS = 20  # records named in the shutdown warning; the rest are
 CAREFUL_WAIT_MS = 1000
 CAREFUL_READ_LIMIT = 100  # per partition and pass
 UNREADABLE = "UnreadableRecordError"
+POSITION_RETRY_S = 0.1
 
 
 def unreadable_reference(tp: TopicPartition, offset: int,
@@ -36,12 +37,15 @@ async def read_past_unreadable(
     expected_next: Callable[[tuple[str, int]], int | None],
     start: Callable[[TopicPartition, Sequence[FetchedRecord]], None],
     start_unreadable: Callable[[TopicPartition, int], None],
+    *, limit: int = CAREFUL_READ_LIMIT, turn: int = 0,
 ) -> None:
     """The Kafka client cannot parse a fetched record: find it, hand it to `start_unreadable` (which
     gives it a reference DLQ record) and go on past it. Every partition first goes back to
     where the engine expects it (`expected_next`), so nothing fetched is skipped unseen; the
-    records read on the way are handed to `start`. Records sharing the unreadable one's batch
-    may be unreadable too; each is found in its turn."""
+    records read on the way, at most `limit` of them (the window's room), are handed to
+    `start` as each is read, partition after partition from partition `turn` (mod their number;
+    the caller moves it on, so a backlog in one cannot keep the others from being read). Records
+    sharing the unreadable one's batch may be unreadable too; each is found in its turn."""
     log.warning("a fetched record cannot be parsed; reading partitions one record at a time "
                 "to find it")
     assignment = sorted(consumer.assignment(), key=partition_key)
@@ -49,32 +53,48 @@ async def read_past_unreadable(
         expected = expected_next(partition_key(tp))
         if expected is not None:
             consumer.seek(tp, expected)
-    for tp in assignment:
-        records, unreadable = await read_carefully(consumer, tp, CAREFUL_READ_LIMIT)
-        start(tp, records)
+    first = turn % len(assignment) if assignment else 0
+    left = min(limit, CAREFUL_READ_LIMIT)
+    for tp in assignment[first:] + assignment[:first]:
+        if left <= 0:
+            break  # the rest stays where it was sought to: the next poll reads on
+        read, unreadable = await read_carefully(consumer, tp, left, start)
+        left -= read + (unreadable is not None)
         if unreadable is not None:
             start_unreadable(tp, unreadable)
             consumer.seek(tp, unreadable + 1)
 
 
-async def read_carefully(consumer: SourceConsumer, tp: TopicPartition,
-                         limit: int) -> tuple[list[FetchedRecord], int | None]:
-    """Read `tp` one record at a time from its position: up to `limit` records, and the offset
-    of an unreadable record when one is met (the caller seeks past it).
+async def read_carefully(consumer: SourceConsumer, tp: TopicPartition, limit: int,
+                         start: Callable[[TopicPartition, Sequence[FetchedRecord]], None],
+                         ) -> tuple[int, int | None]:
+    """Read `tp` one record at a time from its position, handing each to `start` as it comes:
+    how many were read (at most `limit`), and the offset of an unreadable record when one is
+    met (the caller seeks past it).
 
+    Each record is started before the next read, not gathered: a rebalance during a read
+    moves the client's position back to the committed offset, and the records read before it
+    belong to the ownership it revoked (whose revoke must see them), not to the next.
     A failed `getmany` has consumed, but not returned, the records before the unreadable one,
     so the caller first seeks every partition back to where it expects it."""
-    records: list[FetchedRecord] = []
-    while len(records) < limit:
+    read = 0
+    while read < limit:
         try:
             got = await consumer.getmany(tp, timeout_ms=CAREFUL_WAIT_MS, max_records=1)
         except UnreadableRecordError:
-            position: int = await consumer.position(tp)  # the record after the last one read
-            return records, position
-        if not got:
+            try:
+                position: int = await consumer.position(tp)  # after the last one read
+            except KafkaClientError as exc:  # found next time, from where these end
+                log.warning("%s/%d: cannot read its position (%r); reading on later",
+                            tp.topic, tp.partition, exc)
+                return read, None
+            return read, position
+        records = got.get(tp, [])
+        if not records:
             break
-        records.extend(got.get(tp, ()))
-    return records, None
+        start(tp, records)
+        read += len(records)
+    return read, None
 
 
 async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
@@ -93,17 +113,23 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
     share = -(-free // len(partitions))
     batch: dict[TopicPartition, list[FetchedRecord]] = {}
     left = free
-    for tp in partitions[first:] + partitions[:first]:
-        if left <= 0:
-            break
-        for part, records in (await consumer.getmany(tp, timeout_ms=0,
-                                             max_records=min(share, left))).items():
-            batch[part] = list(records)
-            left -= len(records)
-    if left > 0:
-        rest = await consumer.getmany(timeout_ms=0 if batch else timeout_ms, max_records=left)
-        for part, records in rest.items():
-            batch[part] = [*batch.get(part, []), *records]
+    try:
+        for tp in partitions[first:] + partitions[:first]:
+            if left <= 0:
+                break
+            for part, records in (await consumer.getmany(tp, timeout_ms=0,
+                                                 max_records=min(share, left))).items():
+                batch[part] = list(records)
+                left -= len(records)
+        if left > 0:
+            rest = await consumer.getmany(timeout_ms=0 if batch else timeout_ms,
+                                          max_records=left)
+            for part, records in rest.items():
+                batch[part] = [*batch.get(part, []), *records]
+    except (KafkaClientError, UnreadableRecordError):
+        if not batch:
+            raise
+        # What was fetched is consumed: it is started; the error shows again next poll.
     return batch
 
 
@@ -131,6 +157,26 @@ async def first_set(*events: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
+
+
+async def read_start_positions(consumer: SourceConsumer, assigned: list[TopicPartition],
+                               watermarks: PartitionWatermarks, tries: int = 10) -> None:
+    """Note where each assigned partition with no committed offset starts (its reset position):
+    a fetch that fails on a record the client cannot parse has consumed the records before it,
+    and reading past it goes back there (`read_past_unreadable`)."""
+    for tp in assigned:
+        if watermarks.expected_next(partition_key(tp)) is not None:
+            continue
+        for attempt in range(tries):
+            try:
+                watermarks.starts_at(partition_key(tp), await consumer.position(tp))
+                break
+            except KafkaClientError as exc:
+                if attempt == tries - 1:
+                    log.warning("%s/%d: cannot read its position (%r); going on without it",
+                                tp.topic, tp.partition, exc)
+                else:
+                    await asyncio.sleep(POSITION_RETRY_S)
 
 
 async def read_committed(consumer: SourceConsumer, assigned: list[TopicPartition],

@@ -110,11 +110,12 @@ class OffsetWatermark:
 class PartitionWatermarks:
     """Watermarks of every assigned partition and the offset last committed for each."""
 
-    __slots__ = ("_committed", "_watermarks")
+    __slots__ = ("_committed", "_starts", "_watermarks")
 
     def __init__(self) -> None:
         self._watermarks: dict[TopicPartitionKey, OffsetWatermark] = {}
         self._committed: dict[TopicPartitionKey, int] = {}
+        self._starts: dict[TopicPartitionKey, int] = {}  # reset positions, when not committed
 
     def track(self, tp: TopicPartitionKey, offset: int) -> None:
         """Record a fetched offset of `tp` (see OffsetWatermark.track)."""
@@ -139,10 +140,18 @@ class PartitionWatermarks:
 
     def expected_next(self, tp: TopicPartitionKey) -> int | None:
         """The offset the next fetch of `tp` should start at: one past the highest tracked
-        offset, else the offset last committed; None when neither is known."""
+        offset, else the offset last committed, else where it started (`starts_at`); None when
+        none is known."""
         watermark = self._watermarks.get(tp)
         end = None if watermark is None else watermark.end
-        return end if end is not None else self._committed.get(tp)
+        if end is not None:
+            return end
+        committed = self._committed.get(tp)
+        return committed if committed is not None else self._starts.get(tp)
+
+    def starts_at(self, tp: TopicPartitionKey, offset: int) -> None:
+        """`tp` has no committed offset: the consumer starts reading it at `offset`."""
+        self._starts[tp] = offset
 
     def highest_prepared(self, tp: TopicPartitionKey) -> int | None:
         """`tp`'s highest offset marked prepared (OffsetWatermark.highest_prepared)."""
@@ -179,3 +188,4 @@ class PartitionWatermarks:
         """Drop everything about `tp` (it was revoked or lost)."""
         self._watermarks.pop(tp, None)
         self._committed.pop(tp, None)
+        self._starts.pop(tp, None)

@@ -2,35 +2,62 @@
 (the partition logs, the group's commits, the counterparty's calls, the sweep, the pods' ends).
 
 Each check returns the violations it found, one line each, naming the record and what broke.
+No check reads what the engine logged or asks the engine whether it kept a promise: every
+verdict is drawn from what Kafka, the counterparty and the orchestrator saw (the seam's calls,
+the topics, the commits, the calls, the kills, stops and revokes and how long each took).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from registry import open_rows
 from simkafka import SimRecord
-from world import GROUP, INPUT, Call, RunLog
+from world import GROUP, INPUT, Call, PodRun, RunLog
 
 from dispatcher.errors import FatalError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.kafka.seam import TopicPartition
-from dispatcher.pod.window import most_open
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,
     WAIT_EXPIRATION_UUID,
+    WITHDRAWN,
+    WRITER_GENERATION,
     wait_id_for,
 )
 
-# How a pod that knew it could not keep a clean rebalance or a clean stop says so; after one of
-# these, repeated calls are bounded (DESIGN.md) rather than zero.
-NOT_CLEAN = ("revoke: after", "still in flight at shutdown", "revoke: the commit of",
-             "the final commit failed", "calls of revoked partitions still running")
+
+# DESIGN.md's bounds of the window, written out here rather than imported from the engine
+# (`dispatcher.pod.window`): the mutants (`mutants.py`) change the engine's, never the oracle's.
+def prepared_ahead(window: int) -> int:
+    """Records admitted and prepared beyond a window of N calls: a tenth, at least 2, at most
+    100."""
+    return min(max(-(-window // 10), 2), 100)
+
+
+def tombstones_behind(window: int) -> int:
+    """Finished records writing their tombstone outside the window: a tenth, at least 1."""
+    return max(1, window // 10)
+
+
+def most_open(window: int) -> int:
+    """The calls, the records prepared ahead and the tombstones behind a window of N."""
+    return window + prepared_ahead(window) + tombstones_behind(window)
+
+
+EPSILON_S = 1e-6
+REVOKE_COMMIT_RETRY_S = 0.2  # DESIGN: a failed revoke commit is tried again while time lasts
+FINAL_COMMIT_TRIES = 5  # DESIGN: the stop's final commit is tried a few times
+# How long before a fetch the window's size it was sized by may have been read (the poll asks
+# the window, then `getmany` waits up to its 100 ms timeout).
+FETCH_LEAD_S = 0.2
 
 
 def check(log: RunLog) -> list[str]:
@@ -38,8 +65,10 @@ def check(log: RunLog) -> list[str]:
     checks: list[Callable[[RunLog], list[str]]] = [
         engine_ends, finished, commits_never_go_back, commit_only_what_is_prepared,
         committed_means_called, every_record_ends, prepares_get_tombstones,
-        never_called_after_swept,
-        repeats_are_bounded, key_order, window_bound, revokes_leave_half_the_timeout,
+        never_called_after_swept, outcomes_are_written, expiries_are_bounded,
+        uncalled_waits_are_closed, repeats_are_bounded, key_order, window_bound,
+        window_holds_its_bounds, rate_bound, drain_starts_no_new_call,
+        revokes_leave_half_the_timeout,
     ]
     return [violation for one in checks for violation in one(log)]
 
@@ -91,15 +120,17 @@ def _calls(log: RunLog) -> dict[str, list[Call]]:
 
 def engine_ends(log: RunLog) -> list[str]:
     """The engine never dies of an exception other than a documented fatal one, and a fatal
-    one only when a write that can never succeed was injected."""
+    one only because of the write that can never succeed its own writer raised (the very
+    exception, not another `FatalError` that happened to come after one was injected)."""
     out = []
     for pod in log.pods:
         if pod.error is None:
             continue
         if not isinstance(pod.error, FatalError):
             out.append(f"pod {pod.name} died of {pod.error!r}")
-        elif not log.fatal_injected:
-            out.append(f"pod {pod.name} stopped fatally with no fatal fault: {pod.error!r}")
+        elif not any(pod.error.__cause__ is injected for injected in pod.injected):
+            out.append(f"pod {pod.name} stopped fatally, not of the write its writer failed "
+                       f"for good: {pod.error!r} (cause {pod.error.__cause__!r})")
     return out
 
 
@@ -186,9 +217,12 @@ def every_record_ends(log: RunLog) -> list[str]:
 
 
 def prepares_get_tombstones(log: RunLog) -> list[str]:
-    """A record called to an outcome by a pod that lived on is closed by that pod (DLQ record
+    """A record called to an outcome by a pod that lived on (not killed, not stopped fatally,
+    not cut off by its drain's grace: DESIGN.md, "Stopping") is closed by that pod (DLQ record
     or result, then tombstone), never left for the sweep to expire."""
-    lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None}
+    grace = log.settings.drain_grace
+    lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None and not (
+        p.stop_asked_at is not None and _gone_at(log, p) - p.stop_asked_at >= grace - 0.01)}
     cut_off = {(pod, _wait_id_of_write(topic, record))
                for pod, topic, record in log.cluster.cancelled_writes}
     writers = _swept_writers(log)
@@ -250,38 +284,133 @@ def _swept_writers(log: RunLog) -> dict[str, str]:
     return writers
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How one ownership (a pod and the group generation it called in) ended, as seen from
+    outside: when, and why it may leave records it called to be called again (None: it
+    ended cleanly, so it may leave none)."""
+
+    at: float
+    unclean: str | None
+    until: float = 0.0  # when the revoke or the drain that ended it returned
+
+
+def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
+    """The end of `pod`'s ownership in `generation`: its revoke, its kill or its stop,
+    whichever came first. Unclean when the pod was killed, kicked from its group or stopped
+    fatally; when its revoke ran out its wait for holes (half the rebalance timeout, less a
+    deadline under --ordering: DESIGN.md "Rebalances") or its last commit in it failed; when
+    its drain ran out its grace or its last commit then failed. Judged by the clock and the
+    commits the group saw, never by what the engine logged."""
+    settings = log.settings
+    revoke = next((r for r in log.cluster.revokes
+                   if r.member == pod.name and r.generation == generation), None)
+    ends = [at for at in (None if revoke is None else revoke.started, pod.killed_at,
+                          pod.stop_asked_at, pod.stopped_at) if at is not None]
+    at = min(ends, default=log.end_s)
+    if pod.killed_at is not None and pod.killed_at <= at + EPSILON_S:
+        return Ending(at, "killed")
+    if pod.name in log.cluster.kicked:
+        return Ending(at, "kicked from its group")
+    if pod.error is not None:
+        return Ending(at, "stopped by a fatal error")
+    if revoke is not None and revoke.started <= at:
+        ended = log.end_s if revoke.ended is None else revoke.ended
+        holes_s = settings.window().revoke_wait_s
+        if settings.ordering is not OrderingMode.UNORDERED:
+            holes_s = max(0.0, holes_s - settings.deadline)
+        if ended - revoke.started >= holes_s - 0.01:
+            return Ending(at, f"its revoke took its whole wait ({ended - revoke.started:.2f}s)",
+                          ended)
+        # a failed revoke commit is tried again while the revoke's budget lasts
+        if (_last_commit_failed(log, pod.name, revoke.started, ended, tries=1)
+                and ended - revoke.started >= settings.window().revoke_wait_s
+                - 2 * REVOKE_COMMIT_RETRY_S):
+            return Ending(at, "its revoke's commits failed until its time was up", ended)
+        return Ending(at, None)
+    if pod.stop_asked_at is not None and pod.stop_asked_at <= at:
+        stopped = log.end_s if pod.stopped_at is None else pod.stopped_at
+        if stopped - pod.stop_asked_at >= settings.drain_grace - 0.01:
+            return Ending(at, f"its drain took its whole grace ({stopped - at:.2f}s)", stopped)
+        if _last_commit_failed(log, pod.name, pod.stop_asked_at, stopped,
+                               tries=FINAL_COMMIT_TRIES):
+            return Ending(at, f"its last {FINAL_COMMIT_TRIES} commits failed", stopped)
+    return Ending(at, None)
+
+
+def _last_commit_failed(log: RunLog, member: str, since: float, until: float, *,
+                        tries: int) -> bool:
+    """Whether `member`'s last `tries` commits between `since` and `until` all failed."""
+    attempts = [a for a in log.cluster.commit_attempts
+                if a.member == member and since <= a.at <= until + EPSILON_S]
+    return len(attempts) >= tries and not any(a.ok for a in attempts[-tries:])
+
+
 def repeats_are_bounded(log: RunLog) -> list[str]:
-    """Repeated calls: none in a run where every rebalance and stop was clean (a circuit probe
-    sent back to the line once aside); after a kill, at most DESIGN's bound."""
+    """A record is called again by a later ownership only when the ownership that called it
+    ended uncleanly (see `ownership_end`), and then at most DESIGN's bound: the window (with
+    the records prepared ahead and the tombstones behind it) plus the records that pod prepared
+    since it fetched the oldest record it left uncommitted (its last commit, with none). One
+    ownership calls a record at most twice (a circuit probe goes
+    back to the line once)."""
     calls = _calls(log)
-    sessions = {wid: {(c.pod, c.generation) for c in cs} for wid, cs in calls.items()}
-    repeats = sum(len(s) - 1 for s in sessions.values())
-    # one call session calls a record at most twice: a circuit probe goes back to the line once
-    twice = [wid for wid, cs in calls.items() if len(cs) - len(sessions[wid]) > len(sessions[wid])]
-    out = [f"wait {wid} called {len(calls[wid])} times in {len(sessions[wid])} ownerships"
-           for wid in twice]
-    unclean = [w for w in log.warnings if any(sign in w for sign in NOT_CLEAN)]
-    kills = [p for p in log.pods if p.killed_at is not None]
-    if not kills and not unclean and not log.fatal_injected and repeats:
-        again = [wid for wid, s in sessions.items() if len(s) > 1][:5]
-        out.append(f"{repeats} repeated calls in a clean run (e.g. waits {again})")
-    elif kills and not unclean:
-        bound = sum(most_open(p.window) + _prepared_since_commit(log, p.name, p.killed_at or 0)
-                    for p in kills)
-        if repeats > bound:
-            out.append(f"{repeats} repeated calls after {len(kills)} kills (bound {bound})")
+    pods = {p.name: p for p in log.pods}
+    out = []
+    repeated: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for wid, made in calls.items():
+        owners: list[tuple[str, int]] = []
+        counts: dict[tuple[str, int], int] = defaultdict(int)
+        for call in sorted(made, key=lambda c: c.started):
+            owner = (call.pod, call.generation)
+            counts[owner] += 1
+            if not owners or owners[-1] != owner:
+                if owners:
+                    repeated[owners[-1]].append(wid)
+                owners.append(owner)
+        out += [f"wait {wid} called {n} times by {pod} in generation {generation}"
+                for (pod, generation), n in counts.items() if n > 2]
+    for (name, generation), wids in sorted(repeated.items()):
+        pod = pods[name]
+        ending = ownership_end(log, pod, generation)
+        if ending.unclean is None:
+            out.append(f"{len(wids)} records {name} called in generation {generation} were "
+                       f"called again after its ownership ended cleanly at {ending.at:.2f}s "
+                       f"(e.g. waits {wids[:3]})")
+            continue
+        until = max(ending.at, ending.until)
+        bound = most_open(pod.window) + _prepared_since(
+            log, name, _oldest_left_fetched(log, name, until), until)
+        if len(wids) > bound:
+            out.append(f"{len(wids)} records {name} called in generation {generation} were "
+                       f"called again after it ended ({ending.unclean}); bound {bound}")
     return out
 
 
-def _prepared_since_commit(log: RunLog, member: str, until: float) -> int:
-    last = max((c.at for c in log.cluster.commits if c.member == member), default=0.0)
+def _oldest_left_fetched(log: RunLog, member: str, until: float) -> float:
+    """When `member` fetched the oldest record it left uncommitted at `until` (the record at a
+    partition's committed offset then): the records it called above it since may all be called
+    again. Its last commit when it fetched none of them."""
+    committed: dict[tuple[str, int], int] = {}
+    for entry in log.cluster.commits:
+        if entry.at <= until:
+            committed[(entry.partition.topic, entry.partition.partition)] = entry.offset
+    fetched = [f.at for f in log.cluster.fetches if f.member == member and f.at <= until
+               and any(committed.get((r.topic, r.partition), 0) == r.offset for r in f.records)]
+    last_commit = max((c.at for c in log.cluster.commits if c.member == member and c.at <= until),
+                      default=0.0)
+    return min([*fetched, last_commit])
+
+
+def _prepared_since(log: RunLog, member: str, since: float, until: float) -> int:
     return sum(1 for r in log.cluster.records(log.topics.wait_topic)
-               if r.written_by == member and r.value is not None and last < r.written_at <= until)
+               if r.written_by == member and r.value is not None and since < r.written_at <= until)
 
 
 def key_order(log: RunLog) -> list[str]:
     """Under --ordering key (partition), no two calls of one key (partition) overlap, across
-    pods and rebalances, and one pod calls a key's records in offset order."""
+    pods and rebalances; one pod calls a key's records in offset order; and across pods no
+    record of a key is called before every earlier record of its key was called (or sent to
+    the DLQ by a pod) at least once."""
     mode = log.settings.ordering
     if mode is OrderingMode.UNORDERED:
         return []
@@ -308,6 +437,45 @@ def key_order(log: RunLog) -> list[str]:
             if any(b < a for a, b in itertools.pairwise(offsets)):
                 out.append(f"lane {lane}: {pod} called offsets out of order in generation "
                            f"{generation}: {offsets}")
+    return out + _lanes_in_offset_order(log, mode)
+
+
+def _lanes_in_offset_order(log: RunLog, mode: OrderingMode) -> list[str]:
+    """Across pods: a call of a record starts only after every earlier record of its lane was
+    first called or dead-lettered by a pod (a record with a null value has no turn: left out)."""
+    first_handled: dict[str, float] = {}
+    for call in log.calls:
+        first_handled[call.wait_id] = min(first_handled.get(call.wait_id, call.started),
+                                          call.started)
+    for wid, records in _dlq(log).items():
+        for record in records:
+            if record.written_by != "sweep":
+                first_handled[wid] = min(first_handled.get(wid, record.written_at),
+                                         record.written_at)
+    lanes: dict[tuple[object, ...], list[SimRecord]] = defaultdict(list)
+    for record in _inputs(log):
+        if (record.value is None or (mode is OrderingMode.KEY and record.key is None)
+                or (record.topic, record.partition, record.offset) in log.cluster.unreadable):
+            continue  # no turn: a null value, no key, or a key the client could not read
+        lane = (record.topic, record.partition) if mode is OrderingMode.PARTITION else (
+            record.topic, record.partition, record.key)
+        lanes[lane].append(record)
+    calls = _calls(log)
+    out = []
+    for lane, records in lanes.items():
+        before = 0.0  # when every earlier record of the lane had been handled once
+        for record in records:  # offset order
+            wid = _wait_id(record)
+            early = [c for c in calls.get(wid, []) if c.started < before - EPSILON_S]
+            if early:
+                out.append(f"lane {lane}: @{record.offset} called by {early[0].pod} at "
+                           f"{early[0].started:.3f}s before an earlier record of its lane was "
+                           f"first called ({before:.3f}s)")
+                break
+            handled = first_handled.get(wid)
+            if handled is None:
+                break  # never handled (the run stopped fatally): nothing after it is judged
+            before = max(before, handled)
     return out
 
 
@@ -332,8 +500,308 @@ def revokes_leave_half_the_timeout(log: RunLog) -> list[str]:
     """A revoke returns within half the rebalance timeout (and its commit), so the member
     rejoins in time and is never kicked from its group."""
     limit = log.settings.rebalance_timeout_s / 2 + 0.5
-    out = [f"{r.member}'s revoke took {r.ended - r.started:.2f}s (at most {limit:.2f}s)"
-           for r in log.cluster.revokes if r.ended - r.started > limit]
+    took = [(r.member, (log.end_s if r.ended is None else r.ended) - r.started)
+            for r in log.cluster.revokes]
+    out = [f"{member}'s revoke took {seconds:.2f}s (at most {limit:.2f}s)"
+           for member, seconds in took if seconds > limit]
     out += [f"{member} was kicked from its group during a revoke" for member in
             log.cluster.kicked]
+    return out
+
+
+@dataclass
+class _PodWrites:
+    """What one pod wrote, by wait id, in the order it landed."""
+
+    prepares: dict[str, list[SimRecord]]
+    tombstones: dict[str, list[SimRecord]]
+    outcomes: dict[str, list[SimRecord]]  # its result and DLQ records
+
+
+def _pod_writes(log: RunLog) -> dict[str, _PodWrites]:
+    by_pod: dict[str, _PodWrites] = {}
+    for topic in (log.topics.wait_topic, log.topics.dlq_topic, f"{GROUP}.result"):
+        for record in sorted(log.cluster.records(topic), key=lambda r: r.written_at):
+            if record.written_by in ("", "sweep"):
+                continue
+            wid = _wait_id_of_write(topic, record)
+            if wid is None:
+                continue
+            writes = by_pod.setdefault(record.written_by, _PodWrites(
+                defaultdict(list), defaultdict(list), defaultdict(list)))
+            if topic != log.topics.wait_topic:
+                writes.outcomes[wid].append(record)
+            elif record.value is None:
+                writes.tombstones[wid].append(record)
+            else:
+                writes.prepares[wid].append(record)
+    return by_pod
+
+
+def _gone_at(log: RunLog, pod: PodRun) -> float:
+    """When the pod's record tasks stopped: killed, or its run returned."""
+    return min(at for at in (pod.killed_at, pod.stopped_at, log.end_s) if at is not None)
+
+
+def _first_after(records: list[SimRecord], at: float) -> float | None:
+    return next((r.written_at for r in records if r.written_at >= at), None)
+
+
+def outcomes_are_written(log: RunLog) -> list[str]:
+    """A call's outcome is made durable by the pod that called it: a handler's value becomes a
+    result record (or, too large, a DLQ record), a failure or a deadline a DLQ record, unless
+    the pod died first (killed, stopped fatally, or cut off by its drain's grace) or its engine
+    cancelled the call. A circuit probe sent back to the line is judged by its last call."""
+    by_pod = _pod_writes(log)
+    pods = {p.name: p for p in log.pods}
+    out = []
+    for wid, made in _calls(log).items():
+        last: dict[tuple[str, int], Call] = {}
+        for call in sorted(made, key=lambda c: c.started):
+            last[(call.pod, call.generation)] = call
+        for call in last.values():
+            pod = pods[call.pod]
+            if (call.outcome in ("", "cancelled", "cut off", "killed")
+                    or (call.outcome == "ok" and not call.returned)):
+                continue
+            gone = _gone_at(log, pod)
+            if pod.killed_at is not None or pod.error is not None or (
+                    pod.stop_asked_at is not None
+                    and gone - pod.stop_asked_at >= log.settings.drain_grace - 0.01):
+                continue
+            writes = by_pod.get(call.pod)
+            outcomes = [] if writes is None else writes.outcomes.get(wid, [])
+            if _first_after(outcomes, call.started) is None:
+                out.append(f"wait {wid}: {call.pod}'s call ended ({call.outcome}) at "
+                           f"{call.ended}s but it wrote no result or DLQ record for it")
+    return out
+
+
+def expiries_are_bounded(log: RunLog) -> list[str]:
+    """The sweep expires a wait record only when its writer could not close it: a row written
+    by a pod that was alive, not kicked from its group and still owned the record's partition
+    when the sweep found it expired is a violation, and so is an expiry of a row whose writer's
+    every ownership ended cleanly. A pod leaves at most its window's worth (DESIGN.md)."""
+    writers = _swept_writers(log)
+    pods = {p.name: p for p in log.pods}
+    rows: dict[str, list[str]] = defaultdict(list)
+    out = []
+    for wid, writer in writers.items():
+        pod = pods.get(writer)
+        if pod is None:
+            continue
+        swept_at = log.swept[wid]
+        rows[writer].append(wid)
+        gone = _gone_at(log, pod)
+        kicked_at = log.cluster.kicked.get(writer)
+        revoked = any(r.member == writer and r.started <= swept_at for r in log.cluster.revokes)
+        if (swept_at < gone and (kicked_at is None or kicked_at > swept_at) and not revoked
+                and pod.stop_asked_at is None):
+            out.append(f"wait {wid}: the sweep expired {writer}'s wait record at "
+                       f"{swept_at:.2f}s while {writer} ran, in its group, owning its partition")
+    for writer, wids in rows.items():
+        pod = pods[writer]
+        endings = {ownership_end(log, pod, a.generation).unclean
+                   for a in log.cluster.assignments if a.member == writer}
+        if not any(endings):
+            out.append(f"{len(wids)} wait records of {writer} expired, but every ownership of "
+                       f"it ended cleanly (e.g. {wids[:3]})")
+        elif len(wids) > most_open(pod.window):
+            out.append(f"{len(wids)} wait records of {writer} expired: more than its window "
+                       f"holds ({most_open(pod.window)})")
+    return out
+
+
+def uncalled_waits_are_closed(log: RunLog) -> list[str]:
+    """A wait record of a record its pod never called in that ownership (revoked, stopped, or
+    its prepare landed after its revoke gave up on it) is closed by that pod with a tombstone
+    written after it; once the pod's ownership was revoked, that tombstone is a withdrawal (it
+    must not close the next owner's row). Only a pod that was killed, stopped fatally or cut
+    off by its grace may leave one open."""
+    out = []
+    by_pod = _pod_writes(log)
+    calls = _calls(log)
+    for pod in log.pods:
+        writes = by_pod.get(pod.name)
+        if writes is None or pod.killed_at is not None or pod.error is not None:
+            continue
+        if (pod.stop_asked_at is not None and pod.stopped_at is not None
+                and pod.stopped_at - pod.stop_asked_at >= log.settings.drain_grace - 0.01):
+            continue
+        for wid, prepares in writes.prepares.items():
+            last = prepares[-1]
+            generation = _header(last, WRITER_GENERATION)
+            # Called in that ownership (a circuit probe back in the line included): it runs
+            # on to its tombstone like every record already called (DESIGN.md, "Rebalances").
+            if any(c.pod == pod.name and (c.started >= last.written_at
+                                          or str(c.generation) == generation)
+                   for c in calls.get(wid, [])):
+                continue
+            closing = next((t for t in writes.tombstones.get(wid, [])
+                            if t.written_at >= last.written_at), None)
+            if closing is None:
+                out.append(f"wait {wid}: {pod.name} wrote its wait record at "
+                           f"{last.written_at:.3f}s, never called it and never closed it")
+                continue
+            revoke = next((r for r in log.cluster.revokes if r.member == pod.name
+                           and str(r.generation) == generation), None)
+            if (revoke is not None and revoke.started < closing.written_at
+                    and _header(closing, WITHDRAWN) != "true"):
+                out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
+                           f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
+                           f"its revoke: it could close the next owner's row")
+    return out
+
+
+def window_holds_its_bounds(log: RunLog) -> list[str]:
+    """What a pod holds stays within DESIGN's bounds for the window it was admitted under
+    (under --concurrency auto, the size at that moment): the records called and not yet
+    settled plus those prepared and waiting to be called stay within N + prepared_ahead(N);
+    with the records whose outcome is durable and whose tombstone is not, within
+    N + prepared_ahead(N) + tombstones_behind(N). N is the window at the pod's last admission
+    (fetch) before the moment (a window that shrank keeps what it admitted). Records fetched
+    by the poll that keeps a full window in its group are left out (DESIGN: a rebalance may add
+    one poll's worth)."""
+    out = []
+    by_pod = _pod_writes(log)
+    calls = _calls(log)
+    for pod in log.pods:
+        writes = by_pod.get(pod.name)
+        if writes is None:
+            continue
+        fetched_at = [f.at for f in log.cluster.fetches
+                      if f.member == pod.name and not f.others_paused]
+        extra = {_wait_id(r) for f in log.cluster.fetches
+                 if f.member == pod.name and f.others_paused for r in f.records}
+        held, behind = _held_intervals(log, pod, writes, calls, extra)
+        for at, count, with_behind in _peaks(held, behind):
+            index = bisect.bisect_right(fetched_at, at + EPSILON_S) - 1
+            if index < 0:
+                continue
+            since = fetched_at[index] - FETCH_LEAD_S
+            window = max([pod.window_at(since),
+                          *(size for when, size in pod.windows if since <= when <= at)])
+            if count > window + prepared_ahead(window):
+                out.append(f"{pod.name} held {count} records called or prepared ahead at "
+                           f"{at:.3f}s: window {window}, prepared ahead at most "
+                           f"{prepared_ahead(window)}")
+                break
+            if with_behind > most_open(window):
+                out.append(f"{pod.name} held {with_behind} records at {at:.3f}s with the "
+                           f"tombstones behind its window: at most {most_open(window)} "
+                           f"(window {window}, tombstones behind {tombstones_behind(window)})")
+                break
+    return out
+
+
+Interval = tuple[float, float]
+
+
+def _held_intervals(log: RunLog, pod: PodRun, writes: _PodWrites, calls: dict[str, list[Call]],
+                    extra: set[str]) -> tuple[list[Interval], list[Interval]]:
+    """The pod's records in its window over time: (prepared and waiting to be called, or
+    called and their outcome not yet durable), and (outcome durable, tombstone not yet)."""
+    gone = _gone_at(log, pod)
+    held: list[Interval] = []
+    behind: list[Interval] = []
+    for wid in set(writes.prepares) | {c.wait_id for c in log.calls if c.pod == pod.name}:
+        if wid in extra:
+            continue
+        own = sorted(c.started for c in calls.get(wid, []) if c.pod == pod.name)
+        tombs = writes.tombstones.get(wid, [])
+        outcomes = writes.outcomes.get(wid, [])
+        prepares = writes.prepares.get(wid, [])
+        waiting_until = -1.0
+        for prepare in prepares:  # waiting for its call (rewrites continue the same wait)
+            if prepare.written_at < waiting_until:
+                continue
+            ends = [t for t in (bisect_first(own, prepare.written_at),
+                                _first_after(tombs, prepare.written_at), gone) if t is not None]
+            waiting_until = min(ends)
+            held.append((prepare.written_at, waiting_until))
+        for started in own:  # called, until its outcome is durable (or it goes back in line)
+            settled = min(t for t in (_first_after(outcomes, started),
+                                      _first_after(tombs, started),
+                                      _first_after(prepares, started + EPSILON_S), gone)
+                          if t is not None)
+            held.append((started, settled))
+            landed = _first_after(outcomes, started)
+            if landed is not None and landed == settled:
+                closed = _first_after(tombs, landed)
+                behind.append((landed, gone if closed is None else min(closed, gone)))
+    return held, behind
+
+
+def bisect_first(times: list[float], at: float) -> float | None:
+    """The first of sorted `times` at or after `at`."""
+    index = bisect.bisect_left(times, at)
+    return times[index] if index < len(times) else None
+
+
+def _peaks(held: list[Interval], behind: list[Interval]) -> Iterator[tuple[float, int, int]]:
+    """At each moment one of the intervals starts: (moment, how many `held` cover it, how many
+    of both cover it); an interval covers [start, end)."""
+    events = sorted([(a, 1, 1) for a, b in held if b > a] + [(b, -1, -1) for a, b in held if b > a]
+                    + [(a, 0, 1) for a, b in behind if b > a]
+                    + [(b, 0, -1) for a, b in behind if b > a],
+                    key=lambda e: (e[0], e[2]))
+    count = both = 0
+    for at, step, step_both in events:
+        count += step
+        both += step_both
+        if step_both > 0:
+            yield at, count, both
+
+
+def rate_bound(log: RunLog) -> list[str]:
+    """Under --rate-limit, the calls a pod starts in any span of T seconds are at most
+    rate * T + burst (the token bucket's promise; a pod restarted starts with a full bucket)."""
+    limit = log.settings.rate()
+    if limit is None:
+        return []
+    out = []
+    for pod in log.pods:
+        starts = sorted(c.started for c in log.calls if c.pod == pod.name)
+        for j, last in enumerate(starts):
+            for i in range(j):
+                if j - i + 1 > limit.per_s * (last - starts[i]) + limit.burst + 1e-6:
+                    out.append(f"{pod.name} started {j - i + 1} calls in "
+                               f"{last - starts[i]:.3f}s: more than {limit} allows")
+                    return out
+    return out
+
+
+def drain_starts_no_new_call(log: RunLog) -> list[str]:
+    """Once a pod is asked to stop, it starts no call after its grace ends, and within it
+    only calls of holes: records below the highest record of their partition it had called
+    (or dead-lettered) in its current ownership. DESIGN.md ("Stopping") lets a hole be called
+    within the grace so that the commit covers what was called above it; a record above is
+    left to the next owner."""
+    out = []
+    own_dlq = [(r, wid) for wid, rs in _dlq(log).items() for r in rs]
+    grace = log.settings.drain_grace
+    for pod in log.pods:
+        asked = pod.stop_asked_at
+        if asked is None:
+            continue
+        assigned = max((a.at for a in log.cluster.assignments
+                        if a.member == pod.name and a.at <= asked), default=0.0)
+        mine = [c for c in log.calls if c.pod == pod.name and c.started >= assigned]
+        for call in mine:
+            if call.started < asked:
+                continue
+            if call.started > asked + grace + EPSILON_S:
+                out.append(f"{pod.name} started a call of @{call.offset} at "
+                           f"{call.started:.3f}s, after its grace ended")
+                break
+            handled = [c.offset for c in mine if c.partition == call.partition
+                       and c.started < call.started] + [
+                int(_header(r, ORIGINAL_OFFSET) or -1) for r, _ in own_dlq
+                if r.written_by == pod.name and assigned <= r.written_at <= call.started
+                and _header(r, ORIGINAL_PARTITION) == str(call.partition)]
+            if call.offset > max(handled, default=-1):
+                out.append(f"{pod.name} started a call of {call.topic}/{call.partition}@"
+                           f"{call.offset} at {call.started:.3f}s while draining (asked at "
+                           f"{asked:.3f}s): above every record it had called there")
+                break
     return out

@@ -11,12 +11,18 @@ death reaches the cluster, as with kill -9.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.errors import KafkaClientError, ProduceError, RecordTooLargeError
+from dispatcher.errors import (
+    KafkaClientError,
+    ProduceError,
+    RecordTooLargeError,
+    UnreadableRecordError,
+)
 from dispatcher.kafka.seam import Fetched, FetchedRecord, RebalanceHandler, TopicPartition
 from dispatcher.wire import OutgoingRecord
 
@@ -59,7 +65,49 @@ class Member:
 class RevokeEntry:
     member: str
     started: float
-    ended: float
+    ended: float | None  # None while the revoke runs
+    generation: int  # the group generation it ends
+
+
+@dataclass
+class CommitAttempt:
+    """A commit the group was asked for, and whether it took."""
+
+    at: float
+    member: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Records one `getmany` handed a member; `others_paused`: some of its assigned
+    partitions were paused then (the engine's poll while its window is full)."""
+
+    at: float
+    member: str
+    records: tuple[SimRecord, ...]
+    others_paused: bool
+
+
+@dataclass(frozen=True)
+class Assignment:
+    at: float
+    member: str
+    generation: int
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass
+class ClientFaults:
+    """How the pods' consumers misbehave (the seed chooses)."""
+
+    fetch_error_rate: float = 0.0  # a `getmany` fails (KafkaClientError), consuming nothing
+    position_error_rate: float = 0.0  # reading a position fails
+    committed_error_rate: float = 0.0  # reading the committed offset fails
+    ambiguous_commit_rate: float = 0.0  # a commit is applied, then reported failed
+    commit_timeout_rate: float = 0.0  # a commit hangs for `commit_timeout_s`, then fails
+    commit_timeout_s: float = 1.0
+    lands_after_kill: float = 0.0  # chance a commit in flight at kill -9 still lands
 
 
 class SimCluster:
@@ -76,11 +124,16 @@ class SimCluster:
         self.committed: dict[TopicPartition, int] = {}
         self.commits: list[CommitEntry] = []
         self.revokes: list[RevokeEntry] = []
-        self.kicked: list[str] = []
+        self.commit_attempts: list[CommitAttempt] = []
+        self.fetches: list[Fetch] = []
+        self.assignments: list[Assignment] = []
+        self.kicked: dict[str, float] = {}  # member → when the group kicked it
         self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
         self.data_arrived = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self.commit_failure_rate = 0.0
+        self.unreadable: set[tuple[str, int, int]] = set()  # records the client cannot parse
+        self.faults = ClientFaults()
 
     @property
     def now(self) -> float:
@@ -124,7 +177,7 @@ class SimCluster:
                 _done, late = await asyncio.wait(revokes, timeout=self.rebalance_timeout_s)
                 for (member_id, member), revoke in zip(members, revokes, strict=True):
                     if revoke in late:  # kicked out of the group: its revoke goes on alone
-                        self.kicked.append(member_id)
+                        self.kicked[member_id] = self.now
                         self.members.pop(member_id, None)
                         member.revoking = set()
                         member.assignment = set()
@@ -142,25 +195,41 @@ class SimCluster:
                                    for _member_id, member in live))
 
     async def _revoke(self, member_id: str, member: Member) -> None:
-        started = self.now
+        entry = RevokeEntry(member_id, self.now, None, self.generation)
+        self.revokes.append(entry)
         member.revoking = set(member.assignment)
         await member.consumer.tell_revoked(sorted(member.assignment))
         member.assignment = set()
         member.revoking = set()
-        self.revokes.append(RevokeEntry(member_id, started, self.now))
+        entry.ended = self.now
 
     def commit(self, member_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         member = self.members.get(member_id)
         owned = set() if member is None else member.assignment | member.revoking
         lost = [tp for tp in offsets if tp not in owned]
         if lost:
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError(f"CommitFailedError: {member_id} does not own {lost} in "
                                    f"generation {self.generation}")
         if self.rng.random() < self.commit_failure_rate:
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError("RequestTimedOutError (injected)")
+        self.apply_commit(member_id, offsets)
+        if chance(self.rng, self.faults.ambiguous_commit_rate):  # applied, reported failed
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
+            raise KafkaClientError("RequestTimedOutError (injected: the commit was applied)")
+        self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=True))
+
+    def apply_commit(self, member_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         for tp, offset in offsets.items():
             self.committed[TopicPartition(*tp)] = offset
             self.commits.append(CommitEntry(self.now, member_id, TopicPartition(*tp), offset))
+
+
+def chance(rng: random.Random, rate: float) -> bool:
+    """True with probability `rate`; draws nothing when `rate` is 0, so a fault a scenario
+    does not have leaves the interleaving of its other draws as it was."""
+    return rate > 0 and rng.random() < rate
 
 
 async def _forever() -> None:
@@ -193,6 +262,8 @@ class SimConsumer:
 
     def assigned(self, assignment: set[TopicPartition]) -> None:
         self._generation = self._cluster.generation
+        self._cluster.assignments.append(Assignment(self._cluster.now, self.member_id,
+                                                    self._generation, frozenset(assignment)))
         self._assignment = set(assignment)
         self._paused &= self._assignment
         for tp in assignment:
@@ -231,6 +302,9 @@ class SimConsumer:
                       max_records: int | None = None) -> Fetched:
         if self.dead:
             await _forever()
+        if chance(self._cluster.rng, self._cluster.faults.fetch_error_rate):
+            await asyncio.sleep(0.01)
+            raise KafkaClientError("NotLeaderForPartitionError (injected fetch error)")
         limit = min(max_records or self._max_poll, self._max_poll)
         fetched = self._take(partitions, limit)
         if not fetched and timeout_ms > 0:
@@ -251,6 +325,7 @@ class SimConsumer:
         chosen = [TopicPartition(*tp) for tp in partitions] if partitions else sorted(
             self._assignment - self._paused)
         fetched: dict[TopicPartition, list[FetchedRecord]] = {}
+        taken: list[SimRecord] = []
         for tp in chosen:  # like aiokafka: one partition's buffer before the next
             if limit <= 0:
                 break
@@ -259,10 +334,20 @@ class SimConsumer:
             log = self._cluster.logs[tp.topic][tp.partition]
             position = self._positions.get(tp, 0)
             records = log[position:position + limit]
+            bad = next((r.offset for r in records
+                        if (r.topic, r.partition, r.offset) in self._cluster.unreadable), None)
+            if bad is not None:  # like aiokafka: what came before it is consumed, not returned
+                self._positions[tp] = bad
+                raise UnreadableRecordError(f"{tp.topic}/{tp.partition}@{bad}: a header name "
+                                            "that is not UTF-8 (injected)")
             if records:
                 fetched[tp] = list(records)
+                taken.extend(records)
                 self._positions[tp] = position + len(records)
                 limit -= len(records)
+        if taken:
+            self._cluster.fetches.append(Fetch(self._cluster.now, self.member_id, tuple(taken),
+                                               bool(self._paused & self._assignment)))
         return fetched
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -271,16 +356,34 @@ class SimConsumer:
     async def position(self, partition: TopicPartition) -> int:
         if self.dead:
             await _forever()
+        if chance(self._cluster.rng, self._cluster.faults.position_error_rate):
+            raise KafkaClientError("cannot read the position: RequestTimedOutError (injected)")
         return self._positions.get(TopicPartition(*partition), 0)
 
     async def committed(self, partition: TopicPartition) -> int | None:
         if self.dead:
             await _forever()
+        if chance(self._cluster.rng, self._cluster.faults.committed_error_rate):
+            raise KafkaClientError("cannot read the committed offset: "
+                                   "CoordinatorNotAvailableError (injected)")
         return self._cluster.committed.get(TopicPartition(*partition))
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
+        faults = self._cluster.faults
+        try:
+            await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
+        except asyncio.CancelledError:
+            if self.dead and chance(self._cluster.rng, faults.lands_after_kill):
+                with contextlib.suppress(KafkaClientError):  # sent before the kill -9
+                    self._cluster.commit(self.member_id, offsets)
+            raise
+        if chance(self._cluster.rng, faults.commit_timeout_rate):
+            await asyncio.sleep(faults.commit_timeout_s)
+            raise KafkaClientError("RequestTimedOutError (injected: the commit timed out)")
         if self.dead:
+            if chance(self._cluster.rng, faults.lands_after_kill):  # sent before the kill
+                with contextlib.suppress(KafkaClientError):
+                    self._cluster.commit(self.member_id, offsets)
             await _forever()
         self._cluster.commit(self.member_id, offsets)
 
@@ -296,6 +399,14 @@ class WriteFaults:
     slow_rate: float = 0.0  # a write that waits `slow_s` (a broker away, retried inside)
     slow_s: float = 2.0
     fatal_at: float | None = None  # from then on every write fails for good (ProduceError)
+    lands_then_fails: bool = False  # the fatal write itself lands before it is reported failed
+    twice_rate: float = 0.0  # a write lands twice (a retry after its acknowledgement was lost)
+    late_ack_rate: float = 0.0  # a write lands, and its acknowledgement comes `late_ack_s` later
+    late_ack_s: float = 0.5
+    lands_after_kill: float = 0.0  # chance a write in flight at kill -9 still lands
+    # Leader moves: (start, seconds, partition): writes to that partition of any topic wait
+    # for the new leader, while the other partitions' are acknowledged (reordered across them).
+    leader_moves: tuple[tuple[float, float, int], ...] = ()
 
 
 class SimWriter:
@@ -307,7 +418,23 @@ class SimWriter:
         self._pod = pod
         self._faults = faults
         self._alive = alive
+        self.injected: list[BaseException] = []  # the fatal errors this writer raised
         self._last_lands_at: dict[tuple[str, int], float] = {}
+
+    def _lands_at(self, topic: str, partition: int) -> float:
+        """When a write sent now lands: its latency (a slow one, a leader moving), and one
+        producer's writes to one partition are acknowledged in the order they were sent (an
+        idempotent producer): no earlier than the one sent before it."""
+        faults, now = self._faults, self._cluster.now
+        delay = self._cluster.rng.uniform(*faults.latency_s)
+        if self._cluster.rng.random() < faults.slow_rate:
+            delay += faults.slow_s
+        for start, seconds, moved in faults.leader_moves:
+            if moved == partition and start <= now + delay < start + seconds:
+                delay = start + seconds - now
+        lands_at = max(now + delay, self._last_lands_at.get((topic, partition), 0.0) + 1e-6)
+        self._last_lands_at[(topic, partition)] = lands_at
+        return lands_at
 
     async def write(self, topic: str, record: OutgoingRecord,
                     partition: int | None = None) -> int:
@@ -316,28 +443,39 @@ class SimWriter:
         if size > self._cluster.limits[topic]:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s limit")
         rng = self._cluster.rng
+        faults = self._faults
         count = len(self._cluster.logs[topic])
         if partition is None:
             partition = (zlib.crc32(record.key) % count if record.key is not None
                          else rng.randrange(count))
-        delay = rng.uniform(*self._faults.latency_s)
-        if rng.random() < self._faults.slow_rate:
-            delay += self._faults.slow_s
-        # One producer's writes to one partition are acknowledged in the order they were sent
-        # (an idempotent producer): a write lands no earlier than the one sent before it.
-        lands_at = max(self._cluster.now + delay,
-                       self._last_lands_at.get((topic, partition), 0.0) + 1e-6)
-        self._last_lands_at[(topic, partition)] = lands_at
+        lands_at = self._lands_at(topic, partition)
         try:
             await asyncio.sleep(lands_at - self._cluster.now)
         except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
-            self._cluster.cancelled_writes.append((self._pod, topic, record))
+            if not self._alive() and chance(rng, faults.lands_after_kill):
+                # kill -9 with the write already sent: the broker appends it all the same
+                asyncio.get_running_loop().call_at(
+                    lands_at, self._cluster.append, topic, partition, record, self._pod)
+            else:
+                self._cluster.cancelled_writes.append((self._pod, topic, record))
             raise
         if not self._alive():
+            if chance(rng, faults.lands_after_kill):  # the broker had it before the kill
+                self._cluster.append(topic, partition, record, written_by=self._pod)
             await _forever()
-        fatal_at = self._faults.fatal_at
+        fatal_at = faults.fatal_at
         if fatal_at is not None and self._cluster.now >= fatal_at:
-            raise ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
-                               "(injected)")
+            if faults.lands_then_fails:
+                self._cluster.append(topic, partition, record, written_by=self._pod)
+            error = ProduceError(f"writing to {topic} failed: TopicAuthorizationFailedError "
+                                 "(injected)")
+            self.injected.append(error)
+            raise error
         self._cluster.append(topic, partition, record, written_by=self._pod)
+        if chance(rng, faults.twice_rate):
+            self._cluster.append(topic, partition, record, written_by=self._pod)
+        if chance(rng, faults.late_ack_rate):
+            await asyncio.sleep(faults.late_ack_s)
+            if not self._alive():
+                await _forever()
         return partition

@@ -10,6 +10,7 @@ violations and the command that replays it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import sys
 import time
@@ -17,12 +18,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import world
 from oracle import check
-from world import simulate
+from world import RunLog, simulate
 
 
 def replay_command(seed: int) -> str:
     return f".venv/bin/python tests/simulation/sweep.py --seed {seed} -v"
+
+
+def digest(log: RunLog) -> str:
+    """A digest of everything a run left: every partition record (with who wrote it and
+    when), every commit, every call and every log line. A seed promises the same digest in
+    any process, whatever its PYTHONHASHSEED."""
+    h = hashlib.sha256()
+    for topic in sorted(log.cluster.logs):
+        for records in log.cluster.logs[topic]:
+            for r in records:
+                h.update(repr((r.topic, r.partition, r.offset, r.key, r.value, r.headers,
+                               r.written_by, r.written_at)).encode())
+    for c in log.cluster.commits:
+        h.update(repr((c.at, c.member, tuple(c.partition), c.offset)).encode())
+    for call in log.calls:
+        h.update(repr((call.pod, call.wait_id, call.started, call.ended, call.outcome)).encode())
+    for line in log.lines:
+        h.update(line.encode())
+    return h.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("-v", "--verbose", action="store_true", help="the engine's log too")
+    parser.add_argument("--faults", action="store_true",
+                        help="every fault kind (client errors, unreadable records, ...)")
+    parser.add_argument("--digest", action="store_true",
+                        help="print each seed's digest (records, commits, calls, log lines)")
     parser.add_argument("--keep-going", action="store_true",
                         help="run every seed; list the failing ones at the end")
     args = parser.parse_args(argv)
@@ -38,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger().handlers[0].setLevel(logging.CRITICAL + 1)
+    if args.digest:
+        logging.getLogger("dispatcher").setLevel(logging.DEBUG)  # every line goes in
+    if args.faults:
+        world.ALL_FAULTS = True
     started = time.perf_counter()
     pods = records = 0
     failed: list[int] = []
@@ -46,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         pods += len(log.pods)
         records += log.scenario.records
         violations = check(log)
+        if args.digest:
+            print(f"seed {seed} digest {digest(log)} ({len(log.lines)} log lines)")
         if args.verbose or violations:
             print(log.scenario.describe())
             print(f"  {len(log.pods)} pod runs, {len(log.calls)} calls, "
