@@ -449,6 +449,45 @@ def profile_command(
     typer.echo(markdown(profiles))
 
 
+@app.command("interpreters",
+             epilog="Example: waitline loadtest interpreters --python ~/.pyenv/versions/3.12.1/"
+                    "bin/python --loop pod")
+def interpreters_command(
+    *,
+    python: Annotated[str, typer.Option(
+        help="The other interpreter: a python whose environment has the project's "
+             "dependencies (e.g. made by `UV_PROJECT_ENVIRONMENT=DIR uv sync --frozen "
+             "--python X`).")],
+    loop: Annotated[str, typer.Option(
+        help="pod, or a baseline loop of compare (bare, bare-wait, bare-tuned, "
+             "bare-wait-tuned).")] = "pod",
+    windows: PodWindows = "100,1000",
+    records: PodBacklog = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each interpreter per window.",
+                                        min=1)] = 3,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Measure CPU per record of this checkout on this interpreter and on another, side by side.
+
+    Both run at the same time, each against a mock counterparty of its own, as `revisions`
+    measures two revisions."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import interpreter_variants  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES  # noqa: PLC0415
+
+    if loop != "pod" and loop not in BASELINES:
+        _fail(f"--loop {loop!r}: choose pod or one of {', '.join(BASELINES)}", CONFIG_EXIT_CODE)
+    sizes = _windows(windows)
+    try:
+        variants = interpreter_variants(python, loop)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              Path("reports/interpreters"), sizes, records,
+                                              rounds, variants=variants))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
 GuardBase = Annotated[str | None, typer.Option(
     help="The revision to compare against (BENCH_BASE for make); default: the newest release "
          "tag, else the revision recorded in loadtest/bench/guard.py.")]

@@ -28,6 +28,8 @@ import aiohttp
 import psutil
 
 from dispatcher.ports import free_port
+from loadtest.bench.compare import loop_args
+from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 from loadtest.harness.topics import create_topic
 from loadtest.mock.generator import produce
@@ -39,11 +41,14 @@ MODEL = "fixed:50"
 class PodVariant:
     """One way to run the pod: its name, the `waitline dispatch` arguments after the common ones,
     and the environment it adds; `{url}` (its mock counterparty's) and `{window}` are replaced
-    in both."""
+    in both. `python`: the interpreter (default: this one); `loop`: `pod`, or a baseline loop of
+    `waitline loadtest compare` (`bare`, `bare-wait`, … run with their own arguments)."""
 
     name: str
     args: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    python: str | None = None
+    loop: str = "pod"
 
     def filled(self, url: str, window: int) -> tuple[list[str], dict[str, str]]:
         def fill(text: str) -> str:
@@ -91,9 +96,14 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
                        tag: str) -> CpuSample:
     work_dir = bench.work_dir
     args, env = variant.filled(bench.mock_url, window)
-    pod = spawn(["dispatch", "--input-topic", tag, "--group", tag, "--bootstrap-servers",
-                 bench.bootstrap, "--concurrency", str(window), *args],
-                work_dir / f"{tag}.log", env=env)
+    if variant.loop == "pod":
+        command = ["dispatch", "--input-topic", tag, "--group", tag, "--bootstrap-servers",
+                   bench.bootstrap, "--concurrency", str(window), *args]
+    else:
+        command = [*loop_args(RunSpec(variant.loop, window, MODEL, records), tag, tag,
+                              bench.mock_url, bootstrap=bench.bootstrap,
+                              metrics_port=free_port()), *args]
+    pod = spawn(command, work_dir / f"{tag}.log", env=env, python=variant.python)
     try:
         process = psutil.Process(pod.pid)
         start_calls = await bench.calls_seen()

@@ -9,10 +9,12 @@ the loops run one after the other, alternating from round to round, and their sa
 over the rounds. A sample is charged to the innermost frame of its stack that belongs to a
 component (`COMPONENTS`): interpreter internals, libc and the standard library's helpers are
 charged to the code that called them, so a `uuid5` called by the wire module is the wire
-module's, a socket write made by uvloop is the event loop's. A component's CPU per record is
-its share of the samples times the loop's CPU per record (py-spy's ptrace stops included, so
-the figures are a few percent above an unsampled run's); the pod's column less the floor's is
-what the engine adds above the protocol's two acknowledged writes.
+module's, a socket write is the HTTP client's or the Kafka client's (uvloop carries it out); a
+socket read is the event loop's (nothing above it on the stack says whose it is). A
+component's CPU per record is its share of the samples times the loop's CPU per record
+(py-spy's ptrace stops included, so the figures are a few percent above an unsampled run's);
+the pod's column less the floor's is what the engine adds above the protocol's two
+acknowledged writes.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("producer (send, AckedWriter)", ("aiokafka/producer/", "aiokafka/partitioner.py",
                                       "dispatcher/kafka/", "DefaultRecordBatchBuilder")),
     ("Kafka connections and codec (shared)", ("aiokafka/", "_crecords", "default_records.c",
-                                              "cutil.c")),
+                                              "cutil.c", "asyncio/streams.py")),
     ("settle (outcome records)", ("dispatcher/pod/settle.py",)),
     ("commits and lag gauges", ("dispatcher/pod/committer.py", "dispatcher/pod/lag.py",
                                 "dispatcher/pod/stalls.py")),
@@ -75,9 +77,17 @@ IDLE_CALLS = ("poll (", "epoll_wait (", "epoll_pwait (", "select (", "pthread_co
               "clock_nanosleep (", "accept (", "accept4 (")
 
 
+# A socket write is charged to the code that writes (aiohttp, aiokafka's asyncio streams), not
+# to the event loop that carries it out; a read is the loop's (no writer is on its stack).
+SOCKET_WRITES = ("UVStream__try_write", "UVStream_write", "uv__write", "uv_try_write",
+                 "UVStream__exec_write")
+
+
 def component_of(frame: str) -> str | None:
     """The component a py-spy frame belongs to, or None (interpreter, libc, the standard
-    library's helpers: charged to the caller)."""
+    library's helpers, socket writes: charged to the caller)."""
+    if frame.startswith(SOCKET_WRITES):
+        return None
     for component, fragments in COMPONENTS:
         if any(fragment in frame for fragment in fragments):
             return component

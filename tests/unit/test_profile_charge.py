@@ -46,6 +46,15 @@ def test_each_part_of_the_stack_has_its_component(leaf: str, component: str) -> 
     assert charge([*ROOT[:2], leaf]) == component
 
 
+def test_a_socket_write_is_charged_to_the_code_that_writes() -> None:
+    write = ["UVStream__try_write (loop.c:106818)", "write (libc.so.6)"]
+    assert charge([*ROOT, "StreamWriter._writelines (aiohttp/http_writer.py:116)", *write]) == (
+        "HTTP call (aiohttp, the handler)")
+    assert charge([*ROOT, "StreamWriter.write (asyncio/streams.py:343)", *write]) == (
+        "Kafka connections and codec (shared)")
+    assert charge([*ROOT[:2], "uv__read (stream.c:1063)"]) == "event loop and sockets (uvloop)"
+
+
 def test_a_sample_in_no_component_is_the_interpreters() -> None:
     assert charge(["_run_module_as_main (<frozen runpy>:198)", "0x1 (libc.so.6)"]) == OTHER
 
