@@ -347,7 +347,9 @@ class AtLeastOnceEngine:
 
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
-        fatal error), then cancel."""
+        fatal error), cancel what is left, then commit. Cancelled first: a commit can hang
+        (a coordinator away), and no call may start after the grace, which that commit could
+        not cover and the stop would then cut off."""
         self._draining = True
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
@@ -355,5 +357,5 @@ class AtLeastOnceEngine:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._held.tasks),
                      self._window.drain_grace_s)
             await asyncio.wait(list(self._held.tasks), timeout=self._window.drain_grace_s)
-        await self._committer.commit()
         await cancel_left_over(self._held.tasks)
+        await self._committer.commit()

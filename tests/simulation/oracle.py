@@ -297,7 +297,8 @@ class Ending:
 
 def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
     """The end of `pod`'s ownership in `generation`: its revoke, its kill or its stop,
-    whichever came first. Unclean when the pod was killed, kicked from its group or stopped
+    whichever came first. Unclean when the pod was killed (before that revoke or stop
+    returned), kicked from its group or stopped
     fatally; when its revoke ran out its wait for holes (half the rebalance timeout, less a
     deadline under --ordering: DESIGN.md "Rebalances") or its last commit in it failed; when
     its drain ran out its grace or its last commit then failed. Judged by the clock and the
@@ -308,8 +309,17 @@ def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
     ends = [at for at in (None if revoke is None else revoke.started, pod.killed_at,
                           pod.stop_asked_at, pod.stopped_at) if at is not None]
     at = min(ends, default=log.end_s)
-    if pod.killed_at is not None and pod.killed_at <= at + EPSILON_S:
-        return Ending(at, "killed")
+    # A kill before the revoke or the drain that ended the ownership returned cuts it short
+    # too: its commit may never land (found by `sweep.py --faults --seed 357`, a kill -9
+    # while a revoke waited).
+    returned = at
+    if revoke is not None and revoke.started <= at:
+        returned = log.end_s if revoke.ended is None else revoke.ended
+    elif pod.stop_asked_at is not None and pod.stop_asked_at <= at:
+        returned = log.end_s if pod.stopped_at is None else pod.stopped_at
+    if pod.killed_at is not None and pod.killed_at <= returned + EPSILON_S:
+        return Ending(at, "killed" if pod.killed_at <= at + EPSILON_S else
+                      "killed before its revoke or drain returned", pod.killed_at)
     if pod.name in log.cluster.kicked:
         return Ending(at, "kicked from its group")
     if pod.error is not None:
@@ -520,21 +530,27 @@ class _PodWrites:
 
 def _pod_writes(log: RunLog) -> dict[str, _PodWrites]:
     by_pod: dict[str, _PodWrites] = {}
-    for topic in (log.topics.wait_topic, log.topics.dlq_topic, f"{GROUP}.result"):
-        for record in sorted(log.cluster.records(topic), key=lambda r: r.written_at):
-            if record.written_by in ("", "sweep"):
-                continue
-            wid = _wait_id_of_write(topic, record)
-            if wid is None:
-                continue
-            writes = by_pod.setdefault(record.written_by, _PodWrites(
-                defaultdict(list), defaultdict(list), defaultdict(list)))
-            if topic != log.topics.wait_topic:
-                writes.outcomes[wid].append(record)
-            elif record.value is None:
-                writes.tombstones[wid].append(record)
-            else:
-                writes.prepares[wid].append(record)
+    # In landing order across the topics, not topic after topic: a record's outcomes are its
+    # result and DLQ records together, and "the first outcome after a call" must be the first
+    # to land (topic after topic, a later call's DLQ record came before an earlier call's
+    # result: `sweep.py --faults --seed 418`).
+    written = sorted((record for topic in (log.topics.wait_topic, log.topics.dlq_topic,
+                                           f"{GROUP}.result")
+                      for record in log.cluster.records(topic)), key=lambda r: r.written_at)
+    for record in written:
+        if record.written_by in ("", "sweep"):
+            continue
+        wid = _wait_id_of_write(record.topic, record)
+        if wid is None:
+            continue
+        writes = by_pod.setdefault(record.written_by, _PodWrites(
+            defaultdict(list), defaultdict(list), defaultdict(list)))
+        if record.topic != log.topics.wait_topic:
+            writes.outcomes[wid].append(record)
+        elif record.value is None:
+            writes.tombstones[wid].append(record)
+        else:
+            writes.prepares[wid].append(record)
     return by_pod
 
 
