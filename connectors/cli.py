@@ -20,10 +20,9 @@ from connectors.registry import (
     RegistryReader,
     TopicStats,
     WaitSummary,
-    format_age,
 )
 from dispatcher.dsn import describe_dsn, first_line
-from dispatcher.durations import parse_duration_s
+from dispatcher.durations import format_age, parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import RegistryError, WaitlineError
 from dispatcher.logs import configure_logging

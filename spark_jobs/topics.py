@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from dispatcher.kafka.config import KafkaClientSettings
-from dispatcher.kafka.topics import TopicConfig, ensure_topics
-from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S
+from dispatcher.kafka.topics import DEFAULT_DELETE_RETENTION_S, TopicConfig, ensure_topics
 from spark_jobs.config import ReconcileConfig
 
 CLIENT_ID = "waitline-reconcile"

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from aiohttp import web
 
 from dispatcher.console import render
 from dispatcher.console import store as db
+from dispatcher.console import trends as trend_reads
 from dispatcher.console.auth import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -42,11 +43,13 @@ from dispatcher.console.auth import (
 )
 from dispatcher.console.exposure import HSTS, Exposure, cookie_name
 from dispatcher.console.kafka_view import fetch_record, group_lag
+from dispatcher.console.pods_page import pods_html, pods_json
 from dispatcher.console.query import DlqQuery
 from dispatcher.console.redaction import Redactor
 from dispatcher.console.redrive import PlannedRedrive, RedriveLimits, RedriveManager
 from dispatcher.console.reveals import PARTS, reveals_of
 from dispatcher.console.reveals import record_reveal as record_reveal_audit
+from dispatcher.console.sampler import Sampler, WatchSettings
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
 from dispatcher.console.targets import RedriveTargets
@@ -56,6 +59,7 @@ from dispatcher.console.throttle import (
     address_key,
     name_key,
 )
+from dispatcher.console.trends_page import arrivals_chart, redrive_section, trends_page
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
@@ -85,6 +89,7 @@ class Console:
     groups: list[str]
     kafka: KafkaConfig
     store: db.Store
+    watch: WatchSettings = field(default_factory=WatchSettings)
     login_store: db.Store = field(init=False)  # sessions and throttling: never behind searches
     auth: Authenticator = field(init=False)
     sessions: Sessions = field(init=False)
@@ -92,6 +97,7 @@ class Console:
     exposure: Exposure = field(init=False)
     redactor: Redactor = field(init=False)
     redrives: RedriveManager = field(init=False)
+    sampler: Sampler = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -112,6 +118,7 @@ class Console:
             RedriveLimits(max_rate=settings.max_rate, max_records=settings.max_redrive_records,
                           max_plans=settings.max_plans),
             RedriveTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
+        self.sampler = Sampler(self.kafka, self.groups, self.watch)
 
 
 CONSOLE = web.AppKey("console", Console)
@@ -132,15 +139,22 @@ def build_app(console: Console) -> web.Application:
         web.post("/redrives/plan", redrive_plan), web.post("/redrives", redrive_start),
         web.get("/redrives", redrive_list), web.get("/redrives/{replay_id}", redrive_detail),
         web.post("/redrives/{replay_id}/{verb:pause|resume|abort}", redrive_control),
+        web.get("/pods", pods), web.get("/trends", trends),
     ]
     app.add_routes(routes)
     app.router.add_static("/static/", STATIC_DIR)
+    app.on_startup.append(_start)
     app.on_cleanup.append(_close)
     return app
 
 
+async def _start(app: web.Application) -> None:
+    app[CONSOLE].sampler.start()
+
+
 async def _close(app: web.Application) -> None:
     console = app[CONSOLE]
+    await console.sampler.stop()
     await console.redrives.close()
     await console.store.close()
     await console.login_store.close()
@@ -407,8 +421,10 @@ async def overview(request: web.Request) -> web.Response:
     if wants_json(request):
         return _json({"dlq_topic": console.dlq_topic, "wait_topic": console.wait_topic,
                       **data, "consumer_groups": lag})
+    chart = arrivals_chart("dlq-24h", data["per_hour_by_class"], datetime.now(UTC),
+                           trend_reads.DAY_HOURS)
     return _html(render.overview_page(principal_of(request), console.dlq_topic,
-                                      console.wait_topic, data, lag))
+                                      console.wait_topic, data, lag, arrivals_chart=chart))
 
 
 async def dlq_list(request: web.Request) -> web.Response:
@@ -567,7 +583,10 @@ async def redrive_detail(request: web.Request) -> web.Response:
     live = run.progress() if run is not None else None
     if wants_json(request):
         return _json({"audit": audit, "live": live})
-    return _html(render.redrive_page(principal_of(request), audit, live))
+    sent = await trend_reads.progress(console.store, replay_id, audit["requested_at"],
+                                      audit["finished_at"] or datetime.now(UTC))
+    return _html(render.redrive_page(principal_of(request), audit, live,
+                                     redrive_section(audit, sent)))
 
 
 async def redrive_control(request: web.Request) -> web.Response:
@@ -584,6 +603,25 @@ async def redrive_control(request: web.Request) -> web.Response:
     if wants_json(request):
         return _json(run.progress())
     raise web.HTTPSeeOther(f"/redrives/{replay_id}")
+
+
+async def pods(request: web.Request) -> web.Response:
+    """Every member of each group, with its pod's status (dispatcher/console/pods.py)."""
+    sampler = request.app[CONSOLE].sampler
+    await sampler.fresh()
+    if wants_json(request):
+        return _json(pods_json(sampler))
+    return _html(pods_html(principal_of(request), sampler))
+
+
+async def trends(request: web.Request) -> web.Response:
+    """DLQ arrivals, lag per partition and the latest redrive, as charts."""
+    console = request.app[CONSOLE]
+    read = await trend_reads.read_trends(console.store, console.dlq_topic)
+    if wants_json(request):
+        return _json(read.as_json())
+    return _html(trends_page(principal_of(request), console.dlq_topic, read,
+                             console.sampler.lag_charts()))
 
 
 def _replay_id(request: web.Request) -> uuid.UUID:

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from dispatcher.console.app import Console, build_app
 from dispatcher.console.exposure import check_bind
+from dispatcher.console.sampler import load_watch_settings
 from dispatcher.console.settings import ConsoleSettings, load_console_settings
 from dispatcher.console.store import Store
 from dispatcher.console.tls import key_password, server_context
@@ -83,6 +84,7 @@ def console(
         ("insecure_http", insecure_http or None)) if v is not None}
     try:
         settings = load_console_settings(**overrides)
+        watch = load_watch_settings()
         warning = check_bind(settings.host, tls=settings.tls,
                              proxied=bool(settings.trusted_proxies),
                              insecure_http=settings.insecure_http)
@@ -92,7 +94,7 @@ def console(
         kafka = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
                                     client_id="waitline-console").kafka()
         served = Console(settings, topic, waits, [group] if group else [], kafka,
-                         Store(resolve_pg_dsn(dsn)))
+                         Store(resolve_pg_dsn(dsn)), watch)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -64,7 +64,8 @@ def page(title: str, body: str, principal: Principal | None, *, nav: str = "") -
     links = "".join(
         f'<a href="{href}"{" class=current" if name == nav else ""}>{label}</a>'
         for name, href, label in (("overview", "/", "Overview"), ("dlq", "/dlq", "DLQ"),
-                                  ("redrives", "/redrives", "Redrives")))
+                                  ("redrives", "/redrives", "Redrives"), ("pods", "/pods", "Pods"),
+                                  ("trends", "/trends", "Trends")))
     return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
             f"<title>{text(title)} · Waitline console</title>"
             '<meta name=viewport content="width=device-width, initial-scale=1">'
@@ -106,7 +107,8 @@ def login_page(error: str | None, csrf: str) -> str:
 
 
 def overview_page(principal: Principal, dlq_topic: str, wait_topic: str,
-                  data: Mapping[str, Any], lag: Sequence[Mapping[str, Any]]) -> str:
+                  data: Mapping[str, Any], lag: Sequence[Mapping[str, Any]], *,
+                  arrivals_chart: str | None = None) -> str:
     depth = data["depth"]
     ages = table(["total", "not replayed", "this hour", "1 h - 1 d", "1 d - 7 d", "older"], [[
         text(depth["total"]), text(max(depth["total"] - data["replayed"], 0)),
@@ -116,8 +118,9 @@ def overview_page(principal: Principal, dlq_topic: str, wait_topic: str,
         [f'<a href="/dlq?{urlencode({"exception": row["exception"]})}">'
          f'{text(row["exception"])}</a>', text(row["records"])]
         for row in data["by_exception"]))
-    hours = table(["hour (UTC)", "arrivals"], ([when(row["hour"]), text(row["records"])]
-                                              for row in data["per_hour"]))
+    hours = arrivals_chart if arrivals_chart is not None else table(
+        ["hour (UTC)", "arrivals"], ([when(row["hour"]), text(row["records"])]
+                                     for row in data["per_hour"]))
     oldest = data["oldest"]
     oldest_html = "<p>The DLQ index is empty.</p>" if oldest is None else (
         f'<p>Oldest record: <a href="/dlq/record/{oldest["dlq_partition"]}/'
@@ -368,7 +371,7 @@ def redrives_page(principal: Principal, rows: Sequence[Mapping[str, Any]]) -> st
 
 
 def redrive_page(principal: Principal, audit: Mapping[str, Any],
-                 live: Mapping[str, Any] | None) -> str:
+                 live: Mapping[str, Any] | None, chart: str = "") -> str:
     state = live["state"] if live else audit["state"]
     sent = live["sent"] if live else audit["sent"]
     replay_id = str(audit["replay_id"])
@@ -387,7 +390,7 @@ def redrive_page(principal: Principal, audit: Mapping[str, Any],
         text(json.dumps(audit["filter"].get("filter", {}))),
         text(audit["target_topic"] or "original"), "yes" if audit["forced"] else "no",
         text(audit["rate_cap"]), when(audit["finished_at"])]])
-    return page(f"Redrive {replay_id}", progress + controls + facts, principal,
+    return page(f"Redrive {replay_id}", progress + controls + facts + chart, principal,
                 nav="redrives")
 
 

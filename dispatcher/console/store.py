@@ -132,10 +132,11 @@ _BY_EXCEPTION = """
 SELECT exception, sum(records)::bigint AS records FROM dlq_hourly WHERE dlq_topic = %s
 GROUP BY 1 HAVING sum(records) > 0 ORDER BY 2 DESC LIMIT 50
 """
+# Per hour and error class (the overview's chart); the hours' totals are summed from it.
 _PER_HOUR = """
-SELECT hour, sum(records)::bigint AS records FROM dlq_hourly
-WHERE dlq_topic = %s AND hour > now() - interval '24 hours'
-GROUP BY 1 HAVING sum(records) > 0 ORDER BY 1
+SELECT hour, exception, records FROM dlq_hourly
+WHERE dlq_topic = %s AND hour > now() - interval '24 hours' AND records > 0
+ORDER BY hour, exception
 """
 _OLDEST = """
 SELECT dlq_partition, dlq_offset, dlq_timestamp, exception FROM dlq_record
@@ -168,8 +169,16 @@ async def overview(store: Store, dlq_topic: str, wait_topic: str) -> dict[str, A
         store.fetch(_LAST_CYCLE, [dlq_topic]),
     )  # fmt: skip
     return {"depth": counts[0], "replayed": replayed[0]["n"], "by_exception": by_exception,
-            "per_hour": per_hour, "oldest": oldest[0] if oldest else None,
+            "per_hour": _hour_totals(per_hour), "per_hour_by_class": per_hour,
+            "oldest": oldest[0] if oldest else None,
             "waits": waits[0], "last_cycle": cycle[0] if cycle else None}
+
+
+def _hour_totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    totals: dict[Any, int] = {}
+    for row in rows:
+        totals[row["hour"]] = totals.get(row["hour"], 0) + int(row["records"])
+    return [{"hour": hour, "records": records} for hour, records in totals.items()]
 
 
 async def index_row(store: Store, dlq_topic: str, partition: int,

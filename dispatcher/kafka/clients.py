@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ from dispatcher.errors import (
 from dispatcher.kafka.config import MAX_RECORD_BYTES, KafkaConfig
 from dispatcher.kafka.seam import Fetched, RebalanceHandler, TopicPartition
 from dispatcher.wire import OutgoingRecord
+from dispatcher.wire.commits import commit_metadata
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +245,13 @@ class KafkaSource:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    def member_id(self) -> str | None:
+        """The member id the group coordinator gave this consumer (None before it joined);
+        aiokafka keeps it on its coordinator, with no public accessor."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        member = getattr(coordinator, "member_id", None)
+        return member if isinstance(member, str) and member else None
+
     def group_generation(self) -> int | None:
         # aiokafka keeps the generation on its coordinator and sets it from the JoinGroup
         # response before the listener hears of the assignment; it has no public accessor.
@@ -294,8 +303,11 @@ class KafkaSource:
         return committed
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        # Each offset carries the commit's time: OffsetFetch returns no commit time, and the
+        # console tells from it how long ago each partition committed (wire/commits.py).
+        metadata = commit_metadata(int(time.time() * 1000))
         try:
-            await self._consumer.commit({_client_partition(tp): offset
+            await self._consumer.commit({_client_partition(tp): (offset, metadata)
                                          for tp, offset in offsets.items()})
         except KafkaError as exc:
             raise KafkaClientError(f"offset commit failed: {exc!r}") from exc

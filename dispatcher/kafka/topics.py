@@ -23,6 +23,8 @@ UNKNOWN_TOPIC = 3
 DLQ_RETENTION_MS = 30 * 86_400_000
 MAX_MESSAGE_BYTES = "max.message.bytes"
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's own default, if a topic reports none
+# How long the wait topic keeps a tombstone once compacted (delete.retention.ms): a week.
+DEFAULT_DELETE_RETENTION_S = 7 * 86400
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import source_record
 from dispatcher.pod.stalls import StallTracker
+from dispatcher.pod.status import Held, WindowFigures, engine_status, fatal_text
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.pod.window import Window
 from dispatcher.wire import SourceRecord
@@ -87,7 +88,9 @@ class AtLeastOnceEngine:
         self._unprepared: Tickets = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._revoking: set[TopicPartitionKey] = set()  # revokes in progress
-        self._held = Window(self._call_limit, circuit, metrics)
+        self._held: Window[RecordTicket] = Window(self._call_limit, circuit, metrics)
+        self._circuit = circuit
+        self._rate = rate
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
@@ -120,8 +123,26 @@ class AtLeastOnceEngine:
 
     def details(self) -> dict[str, object]:
         """What `/readyz` shows besides the status: stalled partitions and a fatal error."""
-        return {"fatal": None if self._fatal is None else repr(self._fatal),
+        return {"fatal": fatal_text(self._fatal),
                 "partitions": [stall.as_json() for stall in self._lag.stalls]}
+
+    def status(self) -> dict[str, object]:
+        """The engine's part of the pod's `/status` document (`dispatcher/pod/status.py`)."""
+        now = monotonic_s()
+        held = [Held(task.get_name(), ticket.state.name, ticket.state.value,
+                     max(0.0, now - ticket.fetched_at))
+                for task, ticket in self._held.tasks.items()]
+        calls = self._held.calls
+        figures = WindowFigures(limit=self._call_limit(), configured=self._window.concurrency,
+                                adaptive=self._adaptive is not None, loop_cap=self._loop_watch.cap,
+                                calls_running=calls.running, calls_waiting=calls.waiting,
+                                in_flight=self.in_flight)
+        circuit = self._circuit
+        return engine_status(
+            ready=self.ready, fatal=self._fatal, window=figures, held=held,
+            stalled_after_s=self._window.stall_warning_s, partitions=self._lag.stalls,
+            breaker=None if circuit is None else (circuit.state, circuit.config),
+            rate=None if self._rate is None else self._rate.limit)
 
     @property
     def in_flight(self) -> int:  # records holding a window slot
@@ -193,7 +214,7 @@ class AtLeastOnceEngine:
         self._unprepared[key][offset] = ticket
         source, failure = unreadable_reference(tp, offset, error)
         self._spawn(self._path.dead_letter_unreadable(source, failure, ticket),
-                    f"{tp.topic}/{tp.partition}@{offset}")
+                    f"{tp.topic}/{tp.partition}@{offset}", ticket)
 
     async def _poll_once(self) -> None:
         if self._adaptive is not None:  # --concurrency auto: the window's current size
@@ -236,15 +257,16 @@ class AtLeastOnceEngine:
             if self._turns is not None and record.value is not None:
                 turn = self._turns.admit((*key, record.offset, generation), record.key)
             self._spawn(self._path.walk(source_record(record), ticket, turn),
-                        f"{record.topic}/{record.partition}@{record.offset}")
+                        f"{record.topic}/{record.partition}@{record.offset}", ticket)
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
         self._metrics.in_flight.set(self.in_flight)
 
-    def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str,
+               ticket: RecordTicket) -> None:
         # Named by its record's coordinates, so the shutdown log can say what stayed open.
         task = asyncio.create_task(work, name=coordinates)
-        self._held.hold(task)
+        self._held.hold(task, ticket)
         task.add_done_callback(self._finished)
 
     def slot_free_for_tombstone(self) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -39,6 +40,7 @@ from dispatcher.pod.collector import collector_thresholds
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import DispatchSettings, Mode, WindowConfig
+from dispatcher.pod.status import Identity
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +115,17 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
     try:
         await producer.start()
         await consumer.start()
-        async with open_engine(settings, consumer=KafkaSource(consumer),
+        source = KafkaSource(consumer)
+        async with open_engine(settings, consumer=source,
                                writer=AckedWriter(producer, topic_limits=limits),
                                topics=topics, metrics=metrics, handler=handler) as engine:
             obs = settings.observability()
             if obs.metrics_port is not None:
                 details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
                 server = MetricsServer(metrics, lambda: engine.ready, obs.metrics_host,
-                                       obs.metrics_port, details)
+                                       obs.metrics_port, details=details,
+                                       status=_status_of(engine, source, kafka, topics,
+                                                         window.mode))
                 await server.start()
                 log.info("metrics and health on http://%s:%s/metrics", obs.metrics_host,
                          server.bound_port)
@@ -132,6 +137,20 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         await stop_quietly(producer)
         _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+def _status_of(engine: Engine, source: KafkaSource, kafka: KafkaConfig, topics: TopicConfig,
+               mode: Mode) -> Callable[[], dict[str, object]]:
+    """The pod's `/status` document: who it is in its group, and its engine's figures."""
+    host = socket.gethostname()
+
+    def status() -> dict[str, object]:
+        identity = Identity(topics.group, kafka.client_id, source.member_id(), host, mode.value)
+        figures = (engine.status() if isinstance(engine, AtLeastOnceEngine)
+                   else {"ready": engine.ready})
+        return {**identity.as_json(), **figures}
+
+    return status
 
 
 @contextlib.asynccontextmanager

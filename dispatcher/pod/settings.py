@@ -32,11 +32,10 @@ from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.handlers.http_config import HttpHandlerConfig, counterparty_url_preset
 from dispatcher.kafka.config import KafkaClientSettings
-from dispatcher.kafka.topics import TopicConfig
+from dispatcher.kafka.topics import DEFAULT_DELETE_RETENTION_S, TopicConfig
 from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
 
-DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_CONCURRENCY = 100_000
 DEFAULT_REBALANCE_TIMEOUT_S = 60.0
 MAX_WORKERS = 64

@@ -28,6 +28,7 @@ from pydantic import SecretStr
 
 from connectors.dlq_index import apply_index, index_row
 from dispatcher.console.app import Console, build_app
+from dispatcher.console.sampler import WatchSettings
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.kafka.config import KafkaClientSettings
@@ -150,22 +151,37 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def serve_console(dlq: ConsoleDlq, ssl_context: ssl.SSLContext | None = None,
+                        watch: WatchSettings | None = None,
                         **settings: object) -> AsyncIterator[str]:
-    """The console for `dlq` on a free loopback port (over TLS with `ssl_context`); yields its
-    base URL."""
+    """The console for `dlq` on a free loopback port (over TLS with `ssl_context`; `watch`:
+    where the pods' status endpoints are, how often it samples); yields its base URL."""
     config = ConsoleSettings(credentials=credentials(), host="127.0.0.1", port=free_port(),
                              **settings)  # type: ignore[arg-type]
     kafka = KafkaClientSettings(bootstrap_servers=dlq.bootstrap,
                                 client_id="waitline-console-test").kafka()
     console = Console(config, dlq.dlq_topic, f"{dlq.group}.wait", [dlq.group], kafka,
-                      Store(dlq.dsn))
+                      Store(dlq.dsn), watch or WatchSettings())
     runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=1)
     await runner.setup()
     await web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context).start()
     try:
         yield f"{'https' if ssl_context else 'http'}://{config.host}:{config.port}"
     finally:
-        await runner.cleanup()
+        await _cleanup_closing_every_socket(runner)
+
+
+async def _cleanup_closing_every_socket(runner: web.AppRunner) -> None:
+    """`runner.cleanup()`, then close what it only began to close: a TLS connection's close
+    waits (up to 30 s) for the client's close_notify, which a browser kept open by the test may
+    never send; the loop ended first and its socket was left for the garbage collector, whose
+    ResourceWarning then failed whatever test ran next."""
+    server = runner.server
+    transports = [c.transport for c in server.connections
+                  if c.transport is not None] if server is not None else []
+    await runner.cleanup()
+    for transport in transports:
+        transport.abort()
+    await asyncio.sleep(0)  # the aborts close their sockets on the next pass of the loop
 
 
 class ConsoleThread:

@@ -2,7 +2,11 @@
 TLS unless `--insecure-http` (which warns on every start), serves its own TLS with `__Host-`
 Secure cookies and HSTS, believes `X-Forwarded-Proto` from listed proxies only, and answers only
 to its own `Host` names (DNS rebinding). The CLI runs as a person starts it; what needs no
-record never reaches Kafka or PostgreSQL (closed ports), so these tests start no service."""
+record never reaches Kafka or PostgreSQL (closed ports), so these tests start no service.
+
+A start costs its imports (about 4 s of CPU, tens of seconds on a busy machine) and none of the
+tests needs a fresh process of its own: the module starts every `waitline console` it runs at
+once (`consoles`), and each test waits for the ones it reads."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 from http.client import HTTPException, HTTPResponse
 from pathlib import Path
 
@@ -27,113 +31,148 @@ from console_helpers import free_port, loopback_console, make_certificate
 
 from dispatcher.console.app import build_app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 WAITLINE = str(Path(sys.executable).parent / "waitline")
 TOKEN = "exposure-token-0123456789"
 CLOSED = ["--bootstrap-servers", "127.0.0.1:9", "--dsn", "postgresql://nobody@127.0.0.1:9/none"]
+KEY_PASSWORD = "key password 123"
+START_S = 240  # nine starts at once on a machine this busy (load 40 on 2 cores) took 190 s
+REFUSED_HOSTS = ("0.0.0.0", "::")
+INSECURE_STARTS = 2
+KEY_CAUSES = {"key-encrypted": "is encrypted", "key-missing": "not a readable file",
+              "key-alone": "--tls-key together", "key-not-pem": "not a PEM certificate and key"}
 
 
-def _env() -> dict[str, str]:
+def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "WAITLINE_CONSOLE_CREDENTIALS": json.dumps(
-        {"ops": {"role": "operator", "token": TOKEN}})}
+        {"ops": {"role": "operator", "token": TOKEN}}), **extra}
 
 
-@contextmanager
-def _console(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        process = subprocess.Popen([WAITLINE, "console", "--group", "exposed", *CLOSED, *args],
-                                   stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=_env())
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+@dataclass(frozen=True)
+class _Start:
+    """One `waitline console` the module started: its process, where its standard output and
+    error go, and the port it was told (0 when it was not to serve)."""
+
+    process: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+    port: int
+    cert: Path | None = None  # the certificate it serves, for a client to trust
+
+    def log(self) -> str:
+        return self.out.read_text() + self.err.read_text()
+
+    def ended(self) -> tuple[int, str]:
+        """Its exit code and standard error, once it ended."""
+        return self.process.wait(START_S), self.err.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
             try:
-                process.wait(30)
+                self.process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                self.process.kill()
+                self.process.wait()
 
 
-def _get(url: str, process: subprocess.Popen[bytes], log: Path,
-         context: ssl.SSLContext | None = None) -> HTTPResponse:
-    deadline = time.monotonic() + 90  # a start on a machine this busy can take long
+def _start(folder: Path, name: str, args: list[str], port: int = 0, cert: Path | None = None,
+           **env: str) -> _Start:
+    out, err = folder / f"{name}.out", folder / f"{name}.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen([WAITLINE, "console", "--group", "exposed", *CLOSED, *args],
+                                   stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                   env=_env(**env))
+    return _Start(process, out, err, port, cert)
+
+
+@pytest.fixture(scope="module")
+def consoles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Start]]:
+    """Every `waitline console` of this module by name, all started at once; stopped at the
+    module's end."""
+    folder = tmp_path_factory.mktemp("consoles")
+    cert, key = make_certificate(folder, password=KEY_PASSWORD.encode())
+    starts: dict[str, _Start] = {}
+    try:
+        for host in REFUSED_HOSTS:
+            starts[f"refused-{host}"] = _start(folder, f"refused-{host}", ["--host", host])
+        for number in range(INSECURE_STARTS):
+            port = free_port()
+            starts[f"insecure-{number}"] = _start(
+                folder, f"insecure-{number}",
+                ["--host", "0.0.0.0", "--port", str(port), "--insecure-http"], port)
+        port = free_port()
+        starts["tls"] = _start(folder, "tls", ["--host", "0.0.0.0", "--port", str(port),
+                                               "--tls-cert", str(cert), "--tls-key", str(key)],
+                               port, cert, WAITLINE_CONSOLE_TLS_KEY_PASSWORD=KEY_PASSWORD)
+        for name, args in (("key-encrypted", ["--tls-cert", str(cert), "--tls-key", str(key)]),
+                           ("key-missing", ["--tls-cert", str(cert), "--tls-key",
+                                            str(folder / "none.key")]),
+                           ("key-alone", ["--tls-cert", str(cert)]),
+                           ("key-not-pem", ["--tls-cert", str(cert), "--tls-key", str(cert)])):
+            starts[name] = _start(folder, name, args)
+        yield starts
+    finally:
+        for start in starts.values():
+            start.stop()
+
+
+def _get(url: str, start: _Start, context: ssl.SSLContext | None = None) -> HTTPResponse:
+    deadline = time.monotonic() + START_S
     while True:
         try:
             response: HTTPResponse = urllib.request.urlopen(url, timeout=2, context=context)
         except (urllib.error.URLError, ConnectionError):
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
+            assert start.process.poll() is None, start.log()
+            assert time.monotonic() < deadline, start.log()
             time.sleep(0.2)
         else:
             return response
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
-def test_a_non_loopback_bind_without_tls_is_refused_in_one_line(host: str) -> None:
-    done = subprocess.run([WAITLINE, "console", "--group", "exposed", "--host", host, *CLOSED],
-                          env=_env(), capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 2, done.stderr
-    assert "--tls-cert" in done.stderr and "--insecure-http" in done.stderr
-    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("host", REFUSED_HOSTS)
+def test_a_non_loopback_bind_without_tls_is_refused_in_one_line(
+        consoles: dict[str, _Start], host: str) -> None:
+    code, stderr = consoles[f"refused-{host}"].ended()
+    assert code == 2, stderr
+    assert "--tls-cert" in stderr and "--insecure-http" in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1
 
 
-def test_insecure_http_serves_and_warns_on_every_start(tmp_path: Path) -> None:
-    for start in range(2):
-        port = free_port()
-        log = tmp_path / f"start-{start}.log"
-        with _console("--host", "0.0.0.0", "--port", str(port), "--insecure-http",
-                      log=log) as process:
-            with _get(f"http://127.0.0.1:{port}/login", process, log) as response:
-                assert response.status == 200
-            process.send_signal(signal.SIGTERM)
-            assert process.wait(30) == 0
-        assert "warning: --insecure-http" in log.read_text()
+def test_insecure_http_serves_and_warns_on_every_start(consoles: dict[str, _Start]) -> None:
+    for number in range(INSECURE_STARTS):
+        start = consoles[f"insecure-{number}"]
+        with _get(f"http://127.0.0.1:{start.port}/login", start) as response:
+            assert response.status == 200
+        start.process.send_signal(signal.SIGTERM)
+        assert start.process.wait(30) == 0
+        assert "warning: --insecure-http" in start.log()
 
 
 def test_the_console_serves_its_own_tls_with_host_prefixed_secure_cookies_and_hsts(
-        tmp_path: Path) -> None:
-    cert, key = make_certificate(tmp_path, password=b"key password 123")
-    port = free_port()
-    log = tmp_path / "console.log"
-    context = ssl.create_default_context(cafile=str(cert))
-    env_password = os.environ.get("WAITLINE_CONSOLE_TLS_KEY_PASSWORD")
-    os.environ["WAITLINE_CONSOLE_TLS_KEY_PASSWORD"] = "key password 123"
-    try:
-        with _console("--host", "0.0.0.0", "--port", str(port), "--tls-cert", str(cert),
-                      "--tls-key", str(key), log=log) as process:
-            with _get(f"https://localhost:{port}/login", process, log, context) as response:
-                headers = response.headers
-            assert "max-age=" in headers["Strict-Transport-Security"]
-            cookie = headers["Set-Cookie"]
-            assert cookie.startswith("__Host-waitline_console_login=")
-            assert "Secure" in cookie and "Path=/;" in cookie + ";"
-            with pytest.raises((urllib.error.URLError, OSError, HTTPException)):  # no HTTP
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/login", timeout=5)
-    finally:
-        if env_password is None:
-            del os.environ["WAITLINE_CONSOLE_TLS_KEY_PASSWORD"]
-        else:
-            os.environ["WAITLINE_CONSOLE_TLS_KEY_PASSWORD"] = env_password
-    text = log.read_text()
-    assert f"on https://0.0.0.0:{port}/" in text and "key password 123" not in text
+        consoles: dict[str, _Start]) -> None:
+    start = consoles["tls"]
+    context = ssl.create_default_context(cafile=str(start.cert))
+    with _get(f"https://localhost:{start.port}/login", start, context) as response:
+        headers = response.headers
+    assert "max-age=" in headers["Strict-Transport-Security"]
+    cookie = headers["Set-Cookie"]
+    assert cookie.startswith("__Host-waitline_console_login=")
+    assert "Secure" in cookie and "Path=/;" in cookie + ";"
+    with pytest.raises((urllib.error.URLError, OSError, HTTPException)):  # no HTTP
+        urllib.request.urlopen(f"http://127.0.0.1:{start.port}/login", timeout=5)
+    start.stop()
+    text = start.log()
+    assert f"on https://0.0.0.0:{start.port}/" in text and KEY_PASSWORD not in text
 
 
-def test_a_key_that_cannot_serve_is_one_line_naming_the_cause(tmp_path: Path) -> None:
-    cert, key = make_certificate(tmp_path, password=b"key password 123")
-    for args, cause in (
-            (["--tls-cert", str(cert), "--tls-key", str(key)], "is encrypted"),
-            (["--tls-cert", str(cert), "--tls-key", str(tmp_path / "none.key")],
-             "not a readable file"),
-            (["--tls-cert", str(cert)], "--tls-key together"),
-            (["--tls-cert", str(cert), "--tls-key", str(cert)], "not a PEM certificate and key")):
-        done = subprocess.run([WAITLINE, "console", "--group", "exposed", *CLOSED, *args],
-                              env=_env(), capture_output=True, text=True, timeout=60,
-                              check=False)
-        assert done.returncode == 2 and cause in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
+def test_a_key_that_cannot_serve_is_one_line_naming_the_cause(
+        consoles: dict[str, _Start]) -> None:
+    for name, cause in KEY_CAUSES.items():
+        code, stderr = consoles[name].ended()
+        assert code == 2 and cause in stderr, stderr
+        assert "Traceback" not in stderr
 
 
 Client = TestClient[web.Request, web.Application]

@@ -31,6 +31,8 @@ import typer.main
 import yaml
 
 from dispatcher.cli import SUBCOMMANDS, app
+from dispatcher.console.pod_status import dns_target
+from dispatcher.console.sampler import WatchSettings
 from dispatcher.console.settings import ENV_PREFIX as CONSOLE_ENV_PREFIX
 from dispatcher.console.settings import ConsoleSettings
 from dispatcher.endpoints import BOOTSTRAP_ENV, DSN_ENV
@@ -247,7 +249,8 @@ def program_reads(component: str) -> set[str]:
         return common | cli_env("reconcile") | {BOOTSTRAP_ENV, DSN_ENV}
     if component == "console":
         return (common | settings_env(KafkaClientSettings, "WAITLINE_") | {DSN_ENV}
-                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX) | cli_env("console"))
+                | settings_env(ConsoleSettings, CONSOLE_ENV_PREFIX)
+                | settings_env(WatchSettings, CONSOLE_ENV_PREFIX) | cli_env("console"))
     raise AssertionError(f"unknown component {component}")
 
 
@@ -406,6 +409,22 @@ def test_the_console_binds_beyond_loopback_behind_its_service() -> None:
     assert credentials["valueFrom"]["secretKeyRef"]["key"] == "credentials"
     service = only("Service", full_values(), component="console")
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+
+
+def test_the_console_finds_every_dispatcher_pod_through_the_headless_metrics_service() -> None:
+    """The pods view asks each pod's /status at every address of the pods' metrics Service,
+    which is headless and lists pods not ready too (a stalled pod is the one to see)."""
+    container = only("Deployment", full_values(), component="console")["spec"]["template"][
+        "spec"]["containers"][0]
+    dns = next(v["value"] for v in container["env"]
+               if v["name"] == "WAITLINE_CONSOLE_POD_STATUS_DNS")
+    service = only("Service", full_values(), component="dispatcher")
+    pod = dispatcher_container(full_values())
+    port = next(p["containerPort"] for p in pod["ports"] if p["name"] == "metrics")
+    assert dns == f"{service['metadata']['name']}.default.svc:{port}"
+    assert dns_target(dns) == (f"{service['metadata']['name']}.default.svc", port)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
 
 
 # --- the rest of the contract ----------------------------------------------------------------
