@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit simulate mutants lint demo bench chaos chaos-cluster up down status clean
+.PHONY: setup test test-unit simulate mutants lint demo bench bench-guard chaos chaos-cluster up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -42,18 +42,27 @@ demo: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest demo
 
+# The fault suite on the single broker, then the broker faults on the secured cluster.
 chaos: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest chaos --scale full --out docs/RELIABILITY.md
+	$(MAKE) chaos-cluster
 
 # The broker faults on the secured three-node cluster (docs/RELIABILITY.md, "Cluster"): the test
-# session starts its own cluster; each scenario prints its row of the table (~20 min).
+# session starts its own cluster; each scenario prints its row of the table (~50 min).
 chaos-cluster: setup
 	$(VENV)/pytest --chaos -s tests/integration/test_cluster_faults.py
 
+# The cost guard's base (make bench ends with it; make bench-guard runs it alone): a revision;
+# empty: the newest release tag, else the one loadtest/bench/guard.py records.
+BENCH_BASE ?=
 bench: setup
 	$(VENV)/waitline dev up
-	$(VENV)/waitline loadtest bench --out docs/BENCHMARKS.md
+	$(VENV)/waitline loadtest bench --out docs/BENCHMARKS.md $(if $(BENCH_BASE),--base $(BENCH_BASE))
+
+bench-guard: setup
+	$(VENV)/waitline dev up
+	$(VENV)/waitline loadtest guard --out docs/BENCHMARKS.md $(if $(BENCH_BASE),--base $(BENCH_BASE))
 
 clean: down
 	rm -rf .waitline .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,6 +39,7 @@ from loadtest.mock.latency import parse_model
 
 if TYPE_CHECKING:
     from loadtest.bench.compare import RunResult
+    from loadtest.bench.pod_cpu import CpuSample
     from loadtest.bench.scenarios import Scenario
 
 app = typer.Typer(
@@ -109,17 +111,62 @@ def bare(
         help="Write each record's wait record before its POST and its tombstone after it, as "
              "the pod does, with none of the pod's engine (the protocol floor); the topic is "
              "created as the pod creates it.")] = None,
+    event_loop: Annotated[str, typer.Option(
+        help="asyncio (asyncio's own loop), uvloop, or auto (uvloop when installed, as the "
+             "pod).")] = "asyncio",
+    gc_thresholds: Annotated[str, typer.Option(
+        help="Python's garbage-collector thresholds gen0,gen1,gen2, or python (the "
+             "interpreter's); the pod's default is 50000,20,20.")] = "python",
 ) -> None:
     """The overhead baseline: consume and POST, no wait topic, no retries (at most once)."""
+    from dispatcher.pod.cli import run_event_loop  # noqa: PLC0415
+    from dispatcher.pod.collector import collector_thresholds, parse_gc_thresholds  # noqa: PLC0415
+    from dispatcher.pod.settings import EventLoop  # noqa: PLC0415
     from loadtest.bench.bare import run_bare_loop  # noqa: PLC0415
 
     try:
         servers = resolve_bootstrap_servers(bootstrap_servers)
+        thresholds = parse_gc_thresholds(gc_thresholds)
+        loop = EventLoop(event_loop)
+    except ValueError:
+        _fail(f"--event-loop {event_loop!r}: choose asyncio, uvloop or auto", CONFIG_EXIT_CODE)
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
-    asyncio.run(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
-                              concurrency=concurrency, metrics_port=metrics_port,
-                              wait_topic=wait_topic))
+    with collector_thresholds(thresholds):
+        try:
+            run_event_loop(run_bare_loop(bootstrap=servers, topic=topic, group=group, url=url,
+                                         concurrency=concurrency, metrics_port=metrics_port,
+                                         wait_topic=wait_topic), loop)
+        except ConfigError as exc:
+            _fail(str(exc), CONFIG_EXIT_CODE)
+
+
+@app.command(epilog="Example: waitline loadtest peer pyrallel-consumer --topic orders --url "
+                    "http://127.0.0.1:8080/ --concurrency 1000 --metrics-port 9200")
+def peer(
+    name: Annotated[str, typer.Argument(help="The peer: pyrallel-consumer.")],
+    *,
+    topic: Annotated[str, typer.Option(help="Topic to consume.")],
+    url: Annotated[str, typer.Option(help="URL each value is POSTed to.")],
+    group: Annotated[str, typer.Option(help="Consumer group.")] = "waitline-peer",
+    concurrency: Annotated[int, typer.Option(help="Calls in flight (its max_in_flight).",
+                                             min=1)] = 100,
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.", min=1)] = 9200,
+    bootstrap_servers: Annotated[str | None, typer.Option(
+        help="Kafka bootstrap servers; default: the local stack.")] = None,
+) -> None:
+    """Another parallel consumer on the same job as the pod: consume and POST each value."""
+    from loadtest.bench.peers import run_pyrallel_loop  # noqa: PLC0415
+    from loadtest.bench.scenarios import PEERS, PYRALLEL  # noqa: PLC0415
+
+    if name != PYRALLEL:
+        _fail(f"unknown peer {name!r}; choose one of: {', '.join(PEERS)}", CONFIG_EXIT_CODE)
+    try:
+        servers = resolve_bootstrap_servers(bootstrap_servers)
+        asyncio.run(run_pyrallel_loop(bootstrap=servers, topic=topic, group=group, url=url,
+                                      concurrency=concurrency, metrics_port=metrics_port))
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
 
 
 @app.command("produce",
@@ -149,7 +196,7 @@ def produce_command(
 
 def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                    work_dir: Path, custom: Callable[[], Scenario] | None = None,
-                   ) -> list[RunResult]:
+                   rounds: int = 1) -> list[RunResult]:
     """Run scenarios one after another (or the `custom` one), reporting progress; exits
     cleanly on bad input."""
     from loadtest.bench.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
@@ -170,7 +217,7 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                     status.update(f"{name}: {text}")
 
                 results += asyncio.run(run_scenario(scenario, servers, work_dir,
-                                                    on_progress=show))
+                                                    on_progress=show, rounds=rounds))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     return results
@@ -196,7 +243,10 @@ def compare(
     duration: Annotated[str, typer.Option(
         help="Steady state per run, e.g. 30s.", rich_help_panel=_FREE)] = "30s",
     mode: Annotated[str, typer.Option(
-        help="at-least-once or batch.", rich_help_panel=_FREE)] = "at-least-once",
+        help="at-least-once, batch, bare, bare-wait (the baseline loops; -tuned: on the pod's "
+             "event loop and collector thresholds) or "
+             "pyrallel-consumer (a peer: the peers extra).",
+        rich_help_panel=_FREE)] = "at-least-once",
     partitions: Annotated[int, typer.Option(
         help="Partitions of each run's input topic.", rich_help_panel=_FREE)] = 8,
     ordering: Annotated[str, typer.Option(
@@ -214,6 +264,9 @@ def compare(
     loop_lag_target: Annotated[str | None, typer.Option(
         help="The pod's --loop-lag-target (0: no loop guard, e.g. to hold 10,000 in flight "
              "for a memory measurement); default: the pod's.", rich_help_panel=_FREE)] = None,
+    rounds: Annotated[int, typer.Option(
+        help="Run every run this many times, the order reversed every other round; the peer "
+             "table gives medians and ranges over the rounds.", min=1)] = 1,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -225,6 +278,7 @@ def compare(
     from loadtest.bench.compare import (  # noqa: PLC0415
         markdown_table,
         overhead_lines,
+        peer_lines,
         saturation_lines,
         write_json,
         write_plot,
@@ -240,9 +294,10 @@ def compare(
                                loop_lag_target=loop_lag_target)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
-                             custom if concurrency is not None else None)
+                             custom if concurrency is not None else None, rounds)
     typer.echo(markdown_table(results))
-    typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)))
+    typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)
+                         + peer_lines(results)))
     if json_path:
         write_json(results, json_path)
         typer.echo(f"JSON: {json_path}")
@@ -356,6 +411,182 @@ def revisions_command(
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
 
 
+@app.command("profile", epilog="Example: waitline loadtest profile --window 1000 --rounds 2")
+def profile_command(
+    *,
+    window: Annotated[int, typer.Option(help="The window N of every loop.", min=1)] = 1000,
+    loops: Annotated[str, typer.Option(
+        help="Comma-separated loops (compare's modes), profiled one after the other; with two, "
+             "the table adds the second less the first.")] = "bare-wait-tuned,at-least-once",
+    seconds: Annotated[float, typer.Option(help="Sampled seconds per loop and round.",
+                                           min=1.0)] = 20.0,
+    rate: Annotated[int, typer.Option(help="py-spy samples per second.", min=1)] = 100,
+    rounds: Annotated[int, typer.Option(help="Sampled windows per loop (the order alternates); "
+                                             "their samples add up.", min=1)] = 1,
+    records: Annotated[int, typer.Option(help="Backlog per loop and round: enough to outlast "
+                                              "the sampling.", min=1000)] = 120_000,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Where a loop's CPU per record goes, by component (py-spy over a steady state).
+
+    By default the protocol floor on the pod's event loop and collector thresholds
+    (bare-wait-tuned) and the pod at N = 1000: the last column is what the engine adds above the
+    two acknowledged writes."""
+    from loadtest.bench.profile import markdown, profile_loops  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
+
+    modes = [m.strip() for m in loops.split(",") if m.strip()]
+    if not modes or any(m not in ("at-least-once", *BASELINES, *PEERS) for m in modes):
+        _fail(f"--loops: {loops!r}; choose among at-least-once, "
+              f"{', '.join((*BASELINES, *PEERS))}", CONFIG_EXIT_CODE)
+    console = Console(stderr=True)
+    try:
+        with console.status("profile: starting") as status:
+            profiles = asyncio.run(profile_loops(
+                resolve_bootstrap_servers(bootstrap_servers), Path("reports/profile"), modes,
+                window, records=records, seconds=seconds, rate=rate, rounds=rounds,
+                on_progress=lambda text: status.update(f"profile: {text}")))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(profiles))
+
+
+@app.command("interpreters",
+             epilog="Example: waitline loadtest interpreters --python ~/.pyenv/versions/3.12.1/"
+                    "bin/python --loop pod")
+def interpreters_command(
+    *,
+    python: Annotated[str, typer.Option(
+        help="The other interpreter: a python whose environment has the project's "
+             "dependencies (e.g. made by `UV_PROJECT_ENVIRONMENT=DIR uv sync --frozen "
+             "--python X`).")],
+    loop: Annotated[str, typer.Option(
+        help="pod, or a baseline loop of compare (bare, bare-wait, bare-tuned, "
+             "bare-wait-tuned).")] = "pod",
+    windows: PodWindows = "100,1000",
+    records: PodBacklog = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each interpreter per window.",
+                                        min=1)] = 3,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Measure CPU per record of this checkout on this interpreter and on another, side by side.
+
+    Both run at the same time, each against a mock counterparty of its own, as `revisions`
+    measures two revisions."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import interpreter_variants  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES  # noqa: PLC0415
+
+    if loop != "pod" and loop not in BASELINES:
+        _fail(f"--loop {loop!r}: choose pod or one of {', '.join(BASELINES)}", CONFIG_EXIT_CODE)
+    sizes = _windows(windows)
+    try:
+        variants = interpreter_variants(python, loop)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              Path("reports/interpreters"), sizes, records,
+                                              rounds, variants=variants))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+@app.command("peer-cpu",
+             epilog="Example: waitline loadtest peer-cpu --python ~/.pyenv/.../bin/python "
+                    "--windows 1000 --rounds 5")
+def peer_cpu_command(
+    *,
+    python: Annotated[str, typer.Option(
+        help="The peer's interpreter: a python whose environment has the peers extra "
+             "(pyrallel-consumer needs 3.12 or later; `UV_PROJECT_ENVIRONMENT=DIR uv sync "
+             "--frozen --all-extras --python X`).")],
+    peer: Annotated[str, typer.Option(help="The peer: pyrallel-consumer.")] = "pyrallel-consumer",
+    windows: PodWindows = "1000",
+    records: PodBacklog = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each per window.", min=1)] = 5,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Measure CPU per record of this checkout's pod and of a peer, side by side.
+
+    Both run at the same time, each against a mock counterparty of its own, as `revisions`
+    measures two revisions; the pod on this interpreter, the peer on --python."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import peer_variants  # noqa: PLC0415
+    from loadtest.bench.scenarios import PEERS  # noqa: PLC0415
+
+    if peer not in PEERS:
+        _fail(f"--peer {peer!r}: choose one of {', '.join(PEERS)}", CONFIG_EXIT_CODE)
+    sizes = _windows(windows)
+    try:
+        variants = peer_variants(peer, python)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              Path("reports/peer-cpu"), sizes, records,
+                                              rounds, variants=variants,
+                                              on_sample=_echo_sample))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+def _echo_sample(sample: CpuSample) -> None:
+    typer.echo(f"{sample.variant}: N = {sample.window}, {sample.cpu_ms_per_record:.3f} CPU "
+               f"ms/record, {sample.records_per_s:,.0f} records/s over {sample.records:,} calls "
+               f"(load average {os.getloadavg()[0]:.1f})", err=True)
+
+
+GuardBase = Annotated[str | None, typer.Option(
+    help="The revision to compare against (BENCH_BASE for make); default: the newest release "
+         "tag, else the revision recorded in loadtest/bench/guard.py.")]
+
+
+def _run_guard(base: str | None, rounds: int, out: Path | None,
+               bootstrap_servers: str | None) -> None:
+    """The cost guard: this checkout against `base`, side by side at N = 100 and 1,000; the
+    table is printed and, with `out`, a row added to its history."""
+    from loadtest.bench.guard import (  # noqa: PLC0415
+        GUARD_WINDOWS,
+        checkout_name,
+        default_base,
+        history_row,
+        record_history,
+    )
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import revision_variants  # noqa: PLC0415
+
+    base = base or default_base()
+    work_dir = Path("reports/guard")
+    try:
+        variants = revision_variants(base, None, work_dir)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              work_dir, GUARD_WINDOWS, rounds=rounds,
+                                              variants=variants))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    names = (variants[0].name, variants[1].name)
+    typer.echo(f"cost guard: this checkout against {base}\n")
+    typer.echo(markdown(samples, names))
+    row = history_row(samples, *names, base_label=base, head_label=checkout_name())
+    typer.echo(row)
+    if out is not None:
+        record_history(out, row)
+        typer.echo(f"history: {out}")
+
+
+@app.command("guard", epilog="Example: waitline loadtest guard --base 903f2a9 --rounds 3")
+def guard_command(
+    *,
+    base: GuardBase = None,
+    rounds: Annotated[int, typer.Option(help="Rounds per window.", min=1)] = 3,
+    out: Annotated[Path | None, typer.Option(
+        help="Add the result to this file's history (e.g. docs/BENCHMARKS.md).")] = None,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """The cost guard: CPU per record of this checkout's pod over a base revision's.
+
+    Side by side at N = 100 and 1,000, as `waitline loadtest revisions` measures; `make bench`
+    ends with it."""
+    _run_guard(base, rounds, out, bootstrap_servers)
+
+
 def _windows(text: str) -> list[int]:
     try:
         sizes = [int(w) for w in text.split(",") if w.strip()]
@@ -384,6 +615,10 @@ def bench(
         help="Then benchmark the console (`waitline loadtest console-bench --records "
              f"{FULL_RECORDS}`).")
     ] = True,
+    guard: Annotated[bool, typer.Option(
+        help="End with the cost guard (`waitline loadtest guard`): this checkout's CPU per "
+             "record over the base's, added to the history.")] = True,
+    base: GuardBase = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
     dsn: Annotated[str | None, typer.Option(
@@ -407,4 +642,6 @@ def bench(
     if console:
         console_bench(out=out, records=FULL_RECORDS, bootstrap_servers=bootstrap_servers,
                       dsn=dsn)
+    if guard:
+        _run_guard(base, 3, out, bootstrap_servers)
     typer.echo(f"wrote {out}")

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import math
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +27,20 @@ from typing import Protocol
 import aiohttp
 import psutil
 
+from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
 from dispatcher.ports import free_port
-from loadtest.bench.scenarios import AUTO, BARE, BARE_WAIT, BASELINES, RunSpec, Scenario
+from loadtest.bench.scenarios import (
+    AUTO,
+    BARE,
+    BARE_TUNED,
+    BARE_WAIT,
+    BARE_WAIT_TUNED,
+    BASELINES,
+    PEERS,
+    TUNED,
+    RunSpec,
+    Scenario,
+)
 from loadtest.harness.measure import (
     Sample,
     histogram_buckets,
@@ -70,6 +83,7 @@ class RunResult:
     mean_window: float  # calls allowed over the steady state (auto: the size it settled at;
     # within the loop guard's cap)
     shed_share: float  # the counterparty's 503 answers / its requests
+    round: int = 0  # with --rounds, which one (runs of one round are paired in ratios)
 
     def as_json(self) -> dict[str, object]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v)
@@ -84,7 +98,8 @@ def effective_window(metrics: dict[tuple[str, str], float]) -> float:
 
 
 async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
-                  on_progress: Callable[[str], None] = lambda _: None) -> RunResult:
+                  on_progress: Callable[[str], None] = lambda _: None, *,
+                  round_: int = 0) -> RunResult:
     """One run of a mode and window: fresh topic and group, a mock, the pod; measured."""
     model = parse_model(spec.model)
     tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
@@ -102,7 +117,7 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         async with aiohttp.ClientSession() as session:
             mock_url = f"http://127.0.0.1:{mock_port}/"
             await wait_http(session, f"{mock_url}stats", mock, mock_log)
-            pod = spawn(_pod_args(spec, topic, group, mock_url, bootstrap=bootstrap,
+            pod = spawn(loop_args(spec, topic, group, mock_url, bootstrap=bootstrap,
                                   metrics_port=metrics_port), pod_log)
             metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             await wait_http(session, metrics_url, pod, pod_log)
@@ -118,8 +133,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         raise HarnessError(f"no steady state measured for {spec}; see {pod_log}")
     buckets = histogram_buckets(last_metrics, DURATION)
     tps = window.tps
-    # The baseline loops serve no window gauge: their window is the N they were given.
-    mean_window = (float(spec.concurrency) if spec.mode in BASELINES
+    # The baseline loops and peers serve no window gauge: their window is the N they were given.
+    mean_window = (float(spec.concurrency) if spec.mode in (*BASELINES, *PEERS)
                    else window.mean_window(samples))
     n = mean_window if spec.concurrency == AUTO else float(spec.concurrency)
     bound = model.bound_tps(n, spec.deadline_s)
@@ -138,15 +153,21 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         steady_s=round(window.seconds, 1),
         duplicate_calls=int(str(stats.get("duplicate_requests", 0))),
         mean_window=round(mean_window, 1),
-        shed_share=round(shed / requests, 4) if requests else 0.0,
+        shed_share=round(shed / requests, 4) if requests else 0.0, round=round_,
     )
 
 
-def _pod_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str,
+def loop_args(spec: RunSpec, topic: str, group: str, url: str, *, bootstrap: str,
               metrics_port: int) -> list[str]:
-    """`waitline …` arguments of the run's pod, or of a baseline loop."""
+    """`waitline …` arguments of the run's pod, of a baseline loop or of a peer."""
+    if spec.mode in PEERS:
+        return ["loadtest", "peer", spec.mode, "--topic", topic, "--group", group, "--url", url,
+                "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
+                "--metrics-port", str(metrics_port)]
     if spec.mode in BASELINES:
-        wait = ["--wait-topic", f"{group}.wait"] if spec.mode == BARE_WAIT else []
+        wait = ["--wait-topic", f"{group}.wait"] if spec.mode.startswith(BARE_WAIT) else []
+        if spec.mode.endswith(TUNED):
+            wait += ["--event-loop", "auto", "--gc-thresholds", DEFAULT_GC_THRESHOLDS]
         return ["loadtest", "bare", "--topic", topic, "--group", group, "--url", url,
                 "--concurrency", str(spec.concurrency), "--bootstrap-servers", bootstrap,
                 "--metrics-port", str(metrics_port), *wait]
@@ -193,10 +214,65 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
 
 
 async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
-                       on_progress: Callable[[str], None] = lambda _: None) -> list[RunResult]:
+                       on_progress: Callable[[str], None] = lambda _: None,
+                       rounds: int = 1) -> list[RunResult]:
+    """The scenario's runs one after the other, `rounds` times, in reverse order every other
+    round (so drift of a shared machine does not favour the runs that come first)."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    return [await run_one(scenario.name, spec, bootstrap, work_dir, on_progress)
-            for spec in scenario.runs]
+    results = []
+    for round_ in range(rounds):
+        runs = scenario.runs[::-1] if round_ % 2 else scenario.runs
+        results += [await run_one(scenario.name, spec, bootstrap, work_dir, on_progress,
+                                  round_=round_)
+                    for spec in runs]
+    return results
+
+
+def peer_lines(rows: Sequence[RunResult]) -> list[str]:
+    """For each window with a bare run: every loop's records/s and CPU per record (medians over
+    the rounds), and both as ratios to the bare loop's (and CPU to the protocol floor's) of the
+    same round, medians and ranges. Nothing when the rows hold no bare run."""
+    windows = sorted({r.concurrency for r in rows if r.mode == BARE and isinstance(
+        r.concurrency, int)}, key=int)
+    if not windows:
+        return []
+    lines = ["| N | loop | rounds | records/s | CPU ms/record | records/s ÷ bare | CPU ÷ bare | "
+             "CPU ÷ floor (bare-wait) | CPU ÷ bare-tuned | CPU ÷ bare-wait-tuned |",
+             "|---:|---|---:|---:|---:|---|---|---|---|---|"]
+    for n in windows:
+        of_n = [r for r in rows if r.concurrency == n]
+        modes = list(dict.fromkeys(r.mode for r in of_n))
+
+        def by_round(mode: str, of_n: list[RunResult] = of_n) -> dict[int, RunResult]:
+            return {r.round: r for r in of_n if r.mode == mode}
+
+        bare, floor = by_round(BARE), by_round(BARE_WAIT)
+        tuned, tuned_floor = by_round(BARE_TUNED), by_round(BARE_WAIT_TUNED)
+        for mode in modes:
+            runs = by_round(mode)
+            tps = statistics.median(r.tps for r in runs.values())
+            cpu = statistics.median(r.cpu_s_per_1000 for r in runs.values())
+            lines.append(
+                f"| {n:,} | {mode} | {len(runs)} | {tps:,.0f} | {cpu:.3f} | "
+                f"{_paired(runs, bare, lambda r: r.tps)} | "
+                f"{_paired(runs, bare, lambda r: r.cpu_s_per_1000)} | "
+                f"{_paired(runs, floor, lambda r: r.cpu_s_per_1000)} | "
+                f"{_paired(runs, tuned, lambda r: r.cpu_s_per_1000)} | "
+                f"{_paired(runs, tuned_floor, lambda r: r.cpu_s_per_1000)} |")
+    return [*lines, ""]
+
+
+def _paired(runs: dict[int, RunResult], base: dict[int, RunResult],
+            value: Callable[[RunResult], float]) -> str:
+    """The median of `value(run) / value(base run)` over the rounds both ran, with the range
+    when there is more than one; "-" when none."""
+    ratios = sorted(value(runs[i]) / value(base[i]) for i in runs
+                    if i in base and value(base[i]) > 0)
+    if not ratios:
+        return "-"
+    middle = statistics.median(ratios)
+    return f"{middle:.2f}" if len(ratios) == 1 else (
+        f"{middle:.2f} ({ratios[0]:.2f} to {ratios[-1]:.2f})")
 
 
 def markdown_table(results: list[RunResult]) -> str:
@@ -223,7 +299,7 @@ def overhead_lines(rows: Sequence[RunResult]) -> list[str]:
     floor = {r.concurrency: r for r in rows if r.mode == BARE_WAIT and r.cpu_s_per_1000 > 0}
     lines = []
     for r in rows:
-        if r.mode in BASELINES or r.concurrency not in bare:
+        if r.mode in (*BASELINES, *PEERS) or r.concurrency not in bare:
             continue
         base = bare[r.concurrency]
         line = (f"- N = {r.concurrency}: pod / bare loop CPU per record = "

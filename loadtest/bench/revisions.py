@@ -61,6 +61,39 @@ def variant(name: str, tree: Path) -> PodVariant:
     return PodVariant(name, POD_ARGS, {"PYTHONPATH": str(tree)})
 
 
+def interpreter_variants(python: str, loop: str = "pod") -> tuple[PodVariant, PodVariant]:
+    """This checkout's `loop` on this interpreter and on `python`, each checked to import this
+    checkout's code (its environment must have the project's dependencies: `uv sync` with
+    `UV_PROJECT_ENVIRONMENT` and `--python`)."""
+    variants = []
+    for interpreter in (sys.executable, python):
+        probe = subprocess.run([interpreter, "-c", "import sys, dispatcher; "
+                                "print(sys.version.split()[0]); print(dispatcher.__file__)"],
+                               env=child_env({"PYTHONPATH": str(REPO)}), capture_output=True,
+                               text=True, check=False)
+        if probe.returncode != 0:
+            raise HarnessError(f"{interpreter} cannot run this checkout's pod: "
+                               f"{probe.stderr.strip().splitlines()[-1:]}")
+        version, found = probe.stdout.split()
+        if Path(found).parent.parent.resolve() != REPO.resolve():
+            raise HarnessError(f"{interpreter} imports dispatcher from {found}, not from {REPO}")
+        args = POD_ARGS if loop == "pod" else ()
+        variants.append(PodVariant(f"Python {version} ({interpreter})", args,
+                                   {"PYTHONPATH": str(REPO)}, python=interpreter, loop=loop))
+    first, second = variants
+    return first, second
+
+
+def peer_variants(peer: str, python: str) -> tuple[PodVariant, PodVariant]:
+    """This checkout's pod on this interpreter and the peer `peer` (a mode of compare's
+    `PEERS`) on `python`, whose environment must have the peers extra (pyrallel-consumer needs
+    Python 3.12 or later); both checked to import this checkout's code."""
+    pod, _ = interpreter_variants(python)
+    _, other = interpreter_variants(python, peer)
+    return (PodVariant(f"pod, {pod.name}", pod.args, pod.env, python=pod.python),
+            PodVariant(f"{peer}, {other.name}", (), other.env, python=other.python, loop=peer))
+
+
 def revision_variants(base: str, head: str | None, work_dir: Path) -> tuple[PodVariant, PodVariant]:
     """The base revision's pod and the head's (this checkout's working tree when `head` is
     None), each exported under `work_dir`."""

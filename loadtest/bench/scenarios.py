@@ -16,7 +16,13 @@ from loadtest.harness.topics import INPUT_PARTITIONS
 AUTO = "auto"
 BARE = "bare"  # the overhead baseline's mode: `waitline loadtest bare`, not the pod
 BARE_WAIT = "bare-wait"  # the protocol floor: `waitline loadtest bare --wait-topic …`
-BASELINES = (BARE, BARE_WAIT)
+# The same two loops on the pod's event loop (uvloop) and garbage-collector thresholds instead of
+# asyncio's loop and Python's thresholds: what is left between them and the pod is the engine.
+TUNED = "-tuned"
+BARE_TUNED, BARE_WAIT_TUNED = BARE + TUNED, BARE_WAIT + TUNED
+BASELINES = (BARE, BARE_WAIT, BARE_TUNED, BARE_WAIT_TUNED)
+PYRALLEL = "pyrallel-consumer"  # a peer: `waitline loadtest peer pyrallel-consumer` (peers extra)
+PEERS = (PYRALLEL,)
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
 # about this many a second: more would only lengthen the topic's production.
 MACHINE_TPS = 2_500.0
@@ -24,7 +30,7 @@ MACHINE_TPS = 2_500.0
 
 @dataclass(frozen=True)
 class RunSpec:
-    mode: str  # "batch" | "at-least-once" | "bare" | "bare-wait" (the baseline loops)
+    mode: str  # "batch" | "at-least-once" | "bare" | "bare-wait" (the baseline loops) | a peer
     concurrency: int | str  # a window N, or "auto"
     model: str
     records: int
@@ -145,6 +151,19 @@ SCENARIOS: dict[str, Scenario] = {
             ),
         ),
         Scenario(
+            "peers",
+            "The pod beside the bare loop, the protocol floor (bare-wait), both also on the "
+            "pod's event loop and collector thresholds (-tuned), and pyrallel-consumer (asyncio, "
+            "unordered, max_in_flight = N, its own at-least-once commits, a DLQ after 3 "
+            "attempts; the peers extra, Python 3.12 or later), on the same mock (fixed:100) at "
+            "N = 100 and 1000, one after the other; with --rounds, the order alternates and the "
+            "peer table gives medians.",
+            tuple(RunSpec(mode, n, "fixed:100", records, max_duration_s=60.0)
+                  for n, records in ((100, 30_000), (1000, 60_000))
+                  for mode in (BARE, BARE_TUNED, BARE_WAIT, BARE_WAIT_TUNED, "at-least-once",
+                               PYRALLEL)),
+        ),
+        Scenario(
             "tiny",
             "A few seconds per mode; used by the harness's own test.",
             (
@@ -182,10 +201,10 @@ def custom_scenario(*, concurrency: str, model: str, duration_s: float, mode: st
     from dispatcher.flow.ordering import OrderingMode  # noqa: PLC0415
     from dispatcher.pod.settings import Mode  # noqa: PLC0415
 
-    modes, orderings = [*Mode, *BASELINES], list(OrderingMode)
+    modes, orderings = [*Mode, *BASELINES, *PEERS], list(OrderingMode)
     if mode not in modes or ordering not in orderings:
         raise ConfigError(f"--mode {mode!r} / --ordering {ordering!r}: choose {_either(modes)} "
-                          f"(the baseline loops), and {_either(orderings)}")
+                          f"(the baseline loops and peers), and {_either(orderings)}")
     if AUTO in windows and mode != "at-least-once":
         raise ConfigError(f"--concurrency auto adapts the at-least-once window, not {mode} mode")
     runs = []

@@ -31,11 +31,13 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
 
 
-def spawn(args: list[str], log_path: Path,
-          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`waitline <args>` as a process logging to `log_path`; `env` adds to `child_env()`."""
+def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None,
+          python: str | None = None) -> subprocess.Popen[bytes]:
+    """`waitline <args>` as a process logging to `log_path`; `env` adds to `child_env()`;
+    `python`: the interpreter to run it with (default: this one)."""
     with log_path.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdout=out,
+        return subprocess.Popen([python or sys.executable, "-m", "dispatcher", *args],
+                                stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=child_env(env))
 

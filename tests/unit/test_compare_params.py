@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from dispatcher.errors import ConfigError
-from loadtest.bench.compare import RunResult, effective_window, overhead_lines
+from loadtest.bench.compare import (
+    RunResult,
+    effective_window,
+    loop_args,
+    overhead_lines,
+    peer_lines,
+)
 from loadtest.bench.scenarios import AUTO, MACHINE_TPS, SCENARIOS, custom_scenario
 
 pytestmark = pytest.mark.unit
@@ -41,7 +47,8 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "10,fast"}, "'fast' is neither a window"),
     ({"concurrency": "0"}, "'0' is neither a window"),
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
-    ({"concurrency": "10", "mode": "turbo"}, "at-least-once, batch, bare or bare-wait"),
+    ({"concurrency": "10", "mode": "turbo"},
+     "at-least-once, batch, bare, bare-wait, bare-tuned, bare-wait-tuned or pyrallel-consumer"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
     ({"concurrency": "10", "keys": 0}, "--keys and --workers at least 1"),
@@ -74,12 +81,12 @@ def test_the_overhead_scenario_pairs_the_baselines_with_the_pod_at_each_window()
     assert len({run.model for run in runs}) == 1
 
 
-def _row(mode: str, n: int, cpu: float, tps: float) -> RunResult:
+def _row(mode: str, n: int, cpu: float, tps: float, round_: int = 0) -> RunResult:
     return RunResult(scenario="overhead", mode=mode, concurrency=n, model="fixed:100",
                      records=1000, finished=1000, tps=tps, bound_tps=1000.0, efficiency=0.9,
                      reference_tps=None, p50_s=0.1, p99_s=0.2, cpu_s_per_1000=cpu,
                      peak_rss_mb=60.0, steady_s=20.0, duplicate_calls=0, mean_window=n,
-                     shed_share=0.0)
+                     shed_share=0.0, round=round_)
 
 
 def test_overhead_lines_give_the_pod_over_bare_cpu_ratio_per_window() -> None:
@@ -112,3 +119,52 @@ def test_the_window_sampled_is_the_one_the_loop_guard_allows() -> None:
     assert effective_window({("waitline_window", ""): 5000.0,
                              ("waitline_loop_cap", ""): 0.0}) == 5000.0  # no guard
     assert effective_window({("waitline_window", ""): 100.0}) == 100.0  # the bare loop
+
+
+def test_the_peers_scenario_runs_every_loop_at_each_window_on_one_model() -> None:
+    runs = SCENARIOS["peers"].runs
+    assert [(run.mode, run.concurrency) for run in runs] == [
+        (mode, n) for n in (100, 1000)
+        for mode in ("bare", "bare-tuned", "bare-wait", "bare-wait-tuned", "at-least-once",
+                     "pyrallel-consumer")]
+    assert {run.model for run in runs} == {"fixed:100"}
+
+
+def test_a_peer_runs_as_a_loadtest_peer_with_the_window_as_its_limit() -> None:
+    run = custom_scenario(**{**DEFAULTS, "concurrency": "1000",  # type: ignore[arg-type]
+                             "mode": "pyrallel-consumer"}).runs[0]
+    args = loop_args(run, "in", "g", "http://mock/", bootstrap="k:1", metrics_port=9)
+    assert args == ["loadtest", "peer", "pyrallel-consumer", "--topic", "in", "--group", "g",
+                    "--url", "http://mock/", "--concurrency", "1000", "--bootstrap-servers",
+                    "k:1", "--metrics-port", "9"]
+
+
+def test_peer_lines_pair_each_loop_with_the_bare_loop_of_its_round() -> None:
+    rows = [_row("bare", 1000, 0.20, 4000, 0), _row("at-least-once", 1000, 0.30, 3000, 0),
+            _row("bare-wait", 1000, 0.25, 3500, 0),
+            _row("bare", 1000, 0.25, 3000, 1), _row("at-least-once", 1000, 0.30, 3000, 1),
+            _row("bare-wait", 1000, 0.25, 3000, 1),
+            _row("at-least-once", 100, 0.5, 900, 0)]  # no bare run at 100: no rows
+    assert peer_lines(rows) == [
+        "| N | loop | rounds | records/s | CPU ms/record | records/s ÷ bare | CPU ÷ bare | "
+        "CPU ÷ floor (bare-wait) | CPU ÷ bare-tuned | CPU ÷ bare-wait-tuned |",
+        "|---:|---|---:|---:|---:|---|---|---|---|---|",
+        "| 1,000 | bare | 2 | 3,500 | 0.225 | 1.00 (1.00 to 1.00) | 1.00 (1.00 to 1.00) | "
+        "0.90 (0.80 to 1.00) | - | - |",
+        "| 1,000 | at-least-once | 2 | 3,000 | 0.300 | 0.88 (0.75 to 1.00) | "
+        "1.35 (1.20 to 1.50) | 1.20 (1.20 to 1.20) | - | - |",
+        "| 1,000 | bare-wait | 2 | 3,250 | 0.250 | 0.94 (0.88 to 1.00) | 1.12 (1.00 to 1.25) | "
+        "1.00 (1.00 to 1.00) | - | - |", ""]
+    assert peer_lines(rows[-1:]) == []
+
+
+def test_a_tuned_baseline_runs_on_the_pods_event_loop_and_collector_thresholds() -> None:
+    run = custom_scenario(**{**DEFAULTS, "concurrency": "1000",  # type: ignore[arg-type]
+                             "mode": "bare-wait-tuned"}).runs[0]
+    args = loop_args(run, "in", "g", "http://mock/", bootstrap="k:1", metrics_port=9)
+    assert args[:2] == ["loadtest", "bare"]
+    assert args[-6:] == ["--wait-topic", "g.wait", "--event-loop", "auto", "--gc-thresholds",
+                         "50000,20,20"]
+    plain = custom_scenario(**{**DEFAULTS, "concurrency": "10",  # type: ignore[arg-type]
+                               "mode": "bare"}).runs[0]
+    assert "--event-loop" not in loop_args(plain, "in", "g", "u", bootstrap="k", metrics_port=9)

@@ -4,12 +4,20 @@ refused before anything runs."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from loadtest.bench.revisions import REPO, export_revision, imported_from, variant
+from loadtest.bench.revisions import (
+    REPO,
+    export_revision,
+    imported_from,
+    interpreter_variants,
+    peer_variants,
+    variant,
+)
 from loadtest.cli import app
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
 from loadtest.harness.processes import HarnessError
@@ -51,3 +59,34 @@ def test_bad_windows_are_refused(windows: str) -> None:
     result = CliRunner().invoke(app, ["revisions", "--base", "HEAD", "--windows", windows])
     assert result.exit_code == CONFIG_EXIT_CODE
     assert "--windows" in result.output
+
+
+def test_an_interpreter_variant_runs_this_checkout_with_that_python() -> None:
+    this, other = interpreter_variants(sys.executable, "bare-wait-tuned")
+    assert other.python == sys.executable and other.loop == "bare-wait-tuned"
+    assert other.env == {"PYTHONPATH": str(REPO)} and other.args == ()
+    assert this.name.startswith(f"Python {sys.version.split()[0]} ")
+
+
+def test_an_interpreter_that_cannot_run_the_pod_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'no module named dispatcher' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(HarnessError, match="cannot run this checkout's pod"):
+        interpreter_variants(str(fake))
+
+
+def test_a_peer_variant_runs_the_peer_on_its_python_beside_this_pod() -> None:
+    pod, peer = peer_variants("pyrallel-consumer", sys.executable)
+    assert pod.loop == "pod" and pod.python == sys.executable
+    assert pod.args == ("--counterparty-url", "{url}")
+    assert peer.loop == "pyrallel-consumer" and peer.python == sys.executable
+    assert peer.env == {"PYTHONPATH": str(REPO)} and peer.args == ()
+    assert peer.name.startswith("pyrallel-consumer, Python ")
+
+
+def test_an_unknown_peer_is_refused() -> None:
+    result = CliRunner().invoke(app, ["peer-cpu", "--python", sys.executable, "--peer",
+                                      "no-such-peer"])
+    assert result.exit_code == CONFIG_EXIT_CODE
+    assert "--peer 'no-such-peer'" in result.output
