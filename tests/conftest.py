@@ -47,19 +47,20 @@ def _service_group(item: pytest.Item) -> str | None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--chaos", action="store_true",
-                     help="run the long fault scenarios (marker `chaos`; make chaos-cluster)")
+    parser.addoption("--extended", action="store_true",
+                     help="run the tests marked `extended` too (make test-extended, "
+                          "make chaos-cluster)")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Iterator[None]:
-    if not config.getoption("chaos"):
+    if not config.getoption("extended"):
         for item in items:
-            if item.get_closest_marker("chaos"):
-                item.add_marker(pytest.mark.skip(reason="a long fault scenario: make "
-                                                        "chaos-cluster (pytest --chaos)"))
+            if item.get_closest_marker("extended"):
+                item.add_marker(pytest.mark.skip(reason="outside make test's time: make "
+                                                        "test-extended (pytest --extended)"))
     grouped = [(item, group) for item in items if (group := _service_group(item))]
     if config.pluginmanager.hasplugin("xdist"):
         for item, group in grouped:

@@ -128,7 +128,7 @@ def test_each_bad_configuration_is_one_line_from_every_component(
 
 
 @pytest.mark.parametrize("component", [
-    "pod", *(pytest.param(name, marks=pytest.mark.slow)
+    "pod", *(pytest.param(name, marks=pytest.mark.extended)
              for name in ("reconcile", "console", "dlq replay", "dev status"))])
 def test_a_component_as_a_process_ends_with_the_line(
         cluster_connection: ClusterConnection, component: str, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def _processes_under(folder: Path) -> list[int]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # a second cluster, from nothing: the fixture's start proves the profile
 @pytest.mark.timeout(900)
 def test_dev_up_cluster_status_down_from_a_fresh_state_folder(state_dir: Path) -> None:
     """`dev up --cluster` makes the TLS material and the SCRAM user and starts three nodes that
@@ -161,7 +161,8 @@ async def _topic_replication(kafka: KafkaConfig, topic: str) -> tuple[set[int], 
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("auth", list(ClientAuth))
+@pytest.mark.parametrize("auth", [ClientAuth.SCRAM,
+                                  pytest.param(ClientAuth.MTLS, marks=pytest.mark.extended)])
 async def test_the_pod_dispatches_over_the_secured_cluster_by_the_environment_alone(
     cluster_connection: ClusterConnection, auth: ClientAuth,
     unique_name: Callable[[str], str], tmp_path: Path,

@@ -154,7 +154,7 @@ def test_dev_status_says_the_environment_reaches_the_cluster(
 
 
 @pytest.mark.parametrize("auth", [ClientAuth.SCRAM,
-                                  pytest.param(ClientAuth.MTLS, marks=pytest.mark.slow)])
+                                  pytest.param(ClientAuth.MTLS, marks=pytest.mark.extended)])
 def test_the_spark_job_mirrors_and_expires_over_the_cluster_by_the_environment_alone(
         cluster_connection: ClusterConnection, registry_dsn: str, auth: ClientAuth,
         unique_name: Callable[[str], str], tmp_path: Path) -> None:

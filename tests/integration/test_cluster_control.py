@@ -19,7 +19,8 @@ from dispatcher.kafka.config import KafkaConfig
 from loadtest.harness.cluster import OFFSETS_TOPIC, ClusterView, offsets_partition
 from loadtest.harness.processes import HarnessError
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+# The broker controls the fault scenarios use, each checked once (make test-extended).
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.extended]
 
 OFFSETS_PARTITIONS = 8  # offsets.topic.num.partitions in cluster.properties.template
 

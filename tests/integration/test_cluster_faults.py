@@ -2,7 +2,7 @@
 test per broker fault, each a real pod under load over SASL_SSL with every record accounted for,
 none lost, the commit watermark held and repeated calls within DESIGN's bound. None runs in
 `make test` yet (each takes minutes); all of them in `make chaos-cluster` (marker `chaos`,
-`--chaos`), which prints each scenario's row of docs/RELIABILITY.md's cluster table."""
+`--extended`), which prints each scenario's row of docs/RELIABILITY.md's cluster table."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ async def context(secure_cluster: SecureCluster, cluster_env: None,
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("scenario", [
-    pytest.param(name, marks=() if name in CHEAP else pytest.mark.chaos)
+    pytest.param(name, marks=() if name in CHEAP else (pytest.mark.chaos, pytest.mark.extended))
     for name in CLUSTER_SCENARIOS])
 async def test_a_broker_fault_under_load_loses_nothing(scenario: str,
                                                        context: ClusterContext) -> None:
