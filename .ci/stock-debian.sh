@@ -59,6 +59,9 @@ mount_in /dev/pts --bind /dev/pts
 mount_in /mnt/waitline --bind "$repo"
 mount -o remount,ro,bind "$root/mnt/waitline"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The machine's name in /etc/hosts, as Debian's installer writes it (debootstrap does not; the
+# chroot shares the host's name): Spark looks it up as it starts (make setup checks for it).
+grep -qw "$(hostname)" "$root/etc/hosts" || printf '127.0.1.1\t%s\n' "$(hostname)" >>"$root/etc/hosts"
 # No service starts inside the chroot (PostgreSQL's and Prometheus' packages would try).
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 755 "$root/usr/sbin/policy-rc.d"

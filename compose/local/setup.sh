@@ -31,6 +31,12 @@ command -v python3 >/dev/null \
   || stop "python3 not found: install Python 3.11 or newer (Debian 12: apt-get install python3)"
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || stop "$(python3 -V 2>&1) is older than 3.11: install Python 3.11 or newer"
+# Spark's JVM looks up the machine's own name as it starts (InetAddress.getLocalHost): a name
+# that does not resolve stops it with a stack trace (the class archive below, the Spark tests).
+# Debian's installer lists the name in /etc/hosts; a bare root (debootstrap) does not.
+host="$(python3 -c 'import socket; print(socket.gethostname())')"
+python3 -c 'import socket, sys; socket.getaddrinfo(sys.argv[1], None)' "$host" 2>/dev/null \
+  || stop "this machine's name ($host) does not resolve, and Spark needs it to: add \"127.0.1.1 $host\" to /etc/hosts, as Debian's installer does"
 
 missing=()
 [ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
