@@ -363,6 +363,21 @@ class DispatcherProcess:
             await asyncio.sleep(0.1)
         return match
 
+    async def wait_while_running(self, condition: Callable[[], bool | Awaitable[bool]],
+                                 what: str, timeout_s: float = 60.0) -> None:
+        """`wait_until` `condition`, failing at once, with the exit code and the log's tail,
+        if the process ends first: a pod that stopped will not make it hold."""
+        async def holds_or_ended() -> bool:
+            result = condition()
+            if await result if inspect.isawaitable(result) else result:
+                return True
+            if self.process.returncode is not None:
+                raise AssertionError(f"dispatcher exited {self.process.returncode} before "
+                                     f"{what}:\n{self.log()[-3000:]}")
+            return False
+
+        await wait_until(holds_or_ended, what, timeout_s)
+
     def send(self, signum: signal.Signals) -> None:
         self.process.send_signal(signum)
 

@@ -242,10 +242,12 @@ async def test_a_broker_restart_mid_load_loses_nothing_and_leaves_nothing_open(
                 await asyncio.to_thread(local_stack.kafka.start)
                 await asyncio.to_thread(local_stack.kafka.wait_healthy)
             assert calls_while_down < count, "Kafka stopped after the load was over"
-            await wait_until(lambda: fully_committed(kafka_bootstrap, group, topic),
-                             "the pod commits everything after the restart", timeout_s=120)
-            await wait_until(lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
-                             "every record is called", timeout_s=60)
+            await pod.wait_while_running(
+                lambda: fully_committed(kafka_bootstrap, group, topic),
+                "the pod commits everything after the restart", timeout_s=120)
+            await pod.wait_while_running(
+                lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
+                "every record is called", timeout_s=60)
             pod.send(signal.SIGTERM)
             assert await pod.wait(60) == 0, pod.log()[-3000:]
 
