@@ -326,6 +326,14 @@ def dispatch_argv(**flags: str | int | bool) -> list[str]:
     return argv
 
 
+class PodExitedError(AssertionError):
+    """The pod ended while a test waited for something it had to do."""
+
+    def __init__(self, code: int, log: str, what: str) -> None:
+        super().__init__(f"dispatcher exited {code} before {what}:\n{log[-3000:]}")
+        self.code, self.log = code, log
+
+
 class DispatcherProcess:
     """A `waitline dispatch` subprocess whose output goes to `log_path`, run in `cwd` if given,
     with `env` added to this process's environment; killed on exit if it is still running.
@@ -372,8 +380,7 @@ class DispatcherProcess:
             if await result if inspect.isawaitable(result) else result:
                 return True
             if self.process.returncode is not None:
-                raise AssertionError(f"dispatcher exited {self.process.returncode} before "
-                                     f"{what}:\n{self.log()[-3000:]}")
+                raise PodExitedError(self.process.returncode, self.log(), what)
             return False
 
         await wait_until(holds_or_ended, what, timeout_s)
