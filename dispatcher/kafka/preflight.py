@@ -6,7 +6,7 @@ Left to themselves the clients are slow or vague about a bad configuration: aiok
 refused login at ERROR and raises "Unable to bootstrap"; a plaintext client against a TLS
 listener, or the Spark job's Java client, waits for minutes and times out. Here each bootstrap
 server gets one bounded attempt with the clients' own connection code (aiokafka's
-`create_conn`: the same TLS context and SASL exchange), all at once; the first that answers
+`AIOKafkaConnection`: the same TLS context and SASL exchange), all at once; the first that answers
 ends the check. When none does, an ambiguous failure (a timeout, a closed connection) is
 followed by a probe of what the listener speaks (a TLS handshake that verifies nothing, and a
 plaintext ApiVersions request), and `dispatcher.kafka.diagnosis` names the cause and the
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from aiokafka.conn import create_conn
+from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -104,25 +104,38 @@ async def _attempt(kafka: KafkaConfig, host: str, port: int,
     security = kafka.security
     options = security.client_options()
     address = f"{host}:{port}"
+    conn = _CheckConnection(
+        host, port, client_id=kafka.client_id, request_timeout_ms=int(timeout_s * 1000),
+        ssl_context=options.get("ssl_context"), security_protocol=security.protocol,
+        sasl_mechanism=options.get("sasl_mechanism"),
+        sasl_plain_username=options.get("sasl_plain_username"),
+        sasl_plain_password=options.get("sasl_plain_password"))
     try:
         async with asyncio.timeout(timeout_s):
-            conn = await create_conn(
-                host, port, client_id=kafka.client_id,
-                request_timeout_ms=int(timeout_s * 1000),
-                ssl_context=options.get("ssl_context"),
-                security_protocol=security.protocol,
-                sasl_mechanism=options.get("sasl_mechanism"),
-                sasl_plain_username=options.get("sasl_plain_username"),
-                sasl_plain_password=options.get("sasl_plain_password"))
-            try:
-                await conn.send(MetadataRequest([]))
-            finally:
-                conn.close()
+            await conn.connect()
+            await conn.send(MetadataRequest([]))
     except TimeoutError as exc:
         return _evidence(kafka, address, exc, timeout_s=timeout_s)
     except (KafkaError, OSError, EOFError, ValueError, AssertionError) as exc:
         return _evidence(kafka, address, exc)
+    finally:  # also when cancelled: another server answered first
+        conn.close()
+        await asyncio.sleep(0)  # the abort closes the socket on the loop's next pass
     return None
+
+
+class _CheckConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka's connection (the clients' TLS and SASL exchange), closed at once: its own
+    close() starts a TLS close that waits for the server's close_notify, which the check does not
+    wait for (the console and the pod end the check's event loop right after it), so the socket
+    was left for the garbage collector. Nothing is left to send on a check's connection; abort
+    it. aiokafka's connect() calls close() itself when the exchange fails or is cancelled."""
+
+    def close(self, reason: Any = None, exc: BaseException | None = None) -> Any:
+        writer = self._writer
+        if writer is not None:
+            writer.transport.abort()
+        return super().close(reason=reason, exc=exc)
 
 
 def _evidence(kafka: KafkaConfig, address: str, exc: BaseException,
@@ -203,10 +216,14 @@ async def _speaks_plaintext(host: str, port: int, timeout_s: float) -> bool:
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close, waiting a second at most for a TLS close; then abort, so that no socket outlives
+    the check's event loop."""
     writer.close()
     with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
         async with asyncio.timeout(1.0):
             await writer.wait_closed()
+    writer.transport.abort()  # nothing when the close ended
+    await asyncio.sleep(0)  # the abort closes the socket on the loop's next pass
 
 
 @contextlib.contextmanager

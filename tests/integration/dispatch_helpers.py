@@ -326,6 +326,14 @@ def dispatch_argv(**flags: str | int | bool) -> list[str]:
     return argv
 
 
+class PodExitedError(AssertionError):
+    """The pod ended while a test waited for something it had to do."""
+
+    def __init__(self, code: int, log: str, what: str) -> None:
+        super().__init__(f"dispatcher exited {code} before {what}:\n{log[-3000:]}")
+        self.code, self.log = code, log
+
+
 class DispatcherProcess:
     """A `waitline dispatch` subprocess whose output goes to `log_path`, run in `cwd` if given,
     with `env` added to this process's environment; killed on exit if it is still running.
@@ -362,6 +370,20 @@ class DispatcherProcess:
                                      f"{self.log()[-3000:]}")
             await asyncio.sleep(0.1)
         return match
+
+    async def wait_while_running(self, condition: Callable[[], bool | Awaitable[bool]],
+                                 what: str, timeout_s: float = 60.0) -> None:
+        """`wait_until` `condition`, failing at once, with the exit code and the log's tail,
+        if the process ends first: a pod that stopped will not make it hold."""
+        async def holds_or_ended() -> bool:
+            result = condition()
+            if await result if inspect.isawaitable(result) else result:
+                return True
+            if self.process.returncode is not None:
+                raise PodExitedError(self.process.returncode, self.log(), what)
+            return False
+
+        await wait_until(holds_or_ended, what, timeout_s)
 
     def send(self, signum: signal.Signals) -> None:
         self.process.send_signal(signum)

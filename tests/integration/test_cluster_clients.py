@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 import pytest
 from dispatch_helpers import create_topic, read_dlq, read_topic, read_wait_topic
@@ -34,6 +35,7 @@ from dispatcher.cli import app
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.kafka.clients import make_producer
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.preflight import bootstrap_addresses, run_check
 from dispatcher.ports import free_port
 from dispatcher.wire import Failure, SourceRecord, dlq_record, wait_id_for, wait_record
 
@@ -94,16 +96,17 @@ def test_waitline_dlq_lists_shows_and_replays_over_the_cluster(
                       [(r.key, r.value, list(r.headers)) for r in dlq_records]))
     only({**cluster_connection.env(), "WAITLINE_STATE_DIR": str(tmp_path)}, monkeypatch)
 
-    def dlq(*args: str) -> Any:
-        result = CliRunner().invoke(app, ["dlq", *args, "--json"])
+    def dlq(*args: str) -> list[Any]:
+        """The command's `--output json` lines, one object each."""
+        result = CliRunner().invoke(app, ["dlq", *args, "--output", "json"])
         assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
+        return [json.loads(line) for line in result.stdout.splitlines()]
 
     listed = dlq("list", "--group", group)
-    assert listed["matching"] == 3
-    shown = dlq("show", "--group", group, "--partition", "0", "--offset", "1")
+    assert len(listed) == 3
+    [shown] = dlq("show", "--group", group, "--partition", "0", "--offset", "1")
     assert shown["exception"] == "TimeoutError"
-    replayed = dlq("replay", "--group", group, "--yes", "--no-audit")
+    [replayed] = dlq("replay", "--group", group, "--yes", "--no-audit")
     assert replayed["replayed_by_target"] == {orders: 3}
     written = asyncio.run(read_topic(kafka, orders))
     assert sorted(record.value for record in written) == sorted(s.value for s in sources)
@@ -135,6 +138,27 @@ def test_the_load_generator_writes_to_the_cluster_by_the_environment_alone(
     assert result.exit_code == 0, result.output
     assert "50 records acknowledged" in result.stdout
     assert len(asyncio.run(read_topic(kafka, topic))) == 50
+
+
+def open_connections_to(ports: set[int]) -> set[tuple[str, int]]:
+    """This process's TCP sockets still open to one of these ports (their local addresses)."""
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process().net_connections(kind="tcp")
+            if c.raddr and c.raddr.port in ports}
+
+
+@pytest.mark.parametrize("auth", list(ClientAuth))
+def test_the_preflight_closes_every_connection_before_its_loop_ends(
+        cluster_connection: ClusterConnection, auth: ClientAuth) -> None:
+    """`run_check` (the console and the pod, before their own loop) ends its event loop as soon
+    as a server answered: the connection that answered and those it abandoned mid-handshake must
+    be closed by then, not left to the garbage collector (a ResourceWarning at the end of the
+    session)."""
+    kafka = cluster_connection.kafka_config(auth)
+    ports = {port for _, port in bootstrap_addresses(kafka.bootstrap_servers)}
+    before = open_connections_to(ports)
+    for _ in range(5):  # which servers lose, and where, varies from run to run
+        run_check(kafka)
+        assert open_connections_to(ports) - before == set()
 
 
 @pytest.mark.parametrize("auth", list(ClientAuth))

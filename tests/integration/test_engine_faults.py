@@ -17,6 +17,7 @@ from dispatch_helpers import (
     Answer,
     DispatcherProcess,
     InputRecord,
+    PodExitedError,
     RecordingCounterparty,
     committed_offsets,
     create_topic,
@@ -242,10 +243,24 @@ async def test_a_broker_restart_mid_load_loses_nothing_and_leaves_nothing_open(
                 await asyncio.to_thread(local_stack.kafka.start)
                 await asyncio.to_thread(local_stack.kafka.wait_healthy)
             assert calls_while_down < count, "Kafka stopped after the load was over"
-            await wait_until(lambda: fully_committed(kafka_bootstrap, group, topic),
-                             "the pod commits everything after the restart", timeout_s=120)
-            await wait_until(lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
-                             "every record is called", timeout_s=60)
+            try:
+                await pod.wait_while_running(
+                    lambda: fully_committed(kafka_bootstrap, group, topic),
+                    "the pod commits everything after the restart", timeout_s=120)
+            except PodExitedError as exc:
+                if exc.code == 3 and "OutOfOrderSequenceNumber" in exc.log:
+                    # A known defect, open: an outage over the producer's 30 s request timeout
+                    # makes aiokafka expire a pending batch and burn its sequence number
+                    # (aiokafka#1017); the retried write is refused as out of sequence and the
+                    # pod stops (exit 3) to be restarted, losing nothing, instead of riding
+                    # through. Any other end of this test is a failure.
+                    pytest.xfail("the broker took over 30 s to return: the pod stopped on "
+                                 "OutOfOrderSequenceNumber (aiokafka#1017), as DESIGN's "
+                                 "'Failing fast' says, instead of riding through")
+                raise
+            await pod.wait_while_running(
+                lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
+                "every record is called", timeout_s=60)
             pod.send(signal.SIGTERM)
             assert await pod.wait(60) == 0, pod.log()[-3000:]
 

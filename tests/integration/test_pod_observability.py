@@ -44,7 +44,9 @@ async def test_metrics_health_readiness_and_json_logs_describe_a_real_run(
         argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=mock.url,
                              bootstrap_servers=kafka_bootstrap, concurrency=WINDOW,
                              metrics_port=port, log_format="json")
-        monkeypatch.setenv("WAITLINE_SASL_PASSWORD", "s3cret-value")  # never a flag
+        # A secret the pod uses (never a flag); a SASL password would now be refused on this
+        # PLAINTEXT broker as a setting its protocol ignores.
+        monkeypatch.setenv("WAITLINE_HTTP_BEARER_TOKEN", "s3cret-value")
         async with DispatcherProcess(argv, tmp_path / "pod.log") as pod:
 
             async def finished() -> bool:

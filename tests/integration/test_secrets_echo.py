@@ -4,11 +4,13 @@ takes: real loopback HTTP server, real Kafka and PostgreSQL, the pod as `waitlin
 with the built-in HTTP handler, `waitline dlq list/show` and `waitline console` as processes.
 
 Configured: a bearer token (one pod) and a basic-auth pair (another), an API key in the URL's
-query, an `X-Api-Key` header and a header marked secret, the Kafka SASL password (the local
-single broker listens in PLAINTEXT only: the password is configured and registered, but no
-broker checks it), the PostgreSQL DSN's password (the local PostgreSQL trusts loopback: the same
-holds), the console's token, and the OTLP exporter's header. Some come from files
-(`<VAR>_FILE`). The echo server answers with the request's headers and target as JSON with
+query, an `X-Api-Key` header and a header marked secret, the PostgreSQL DSN's password (the
+local PostgreSQL trusts loopback: the password is configured and registered, but nobody checks
+it), the console's token, and the OTLP exporter's header. Some come from files (`<VAR>_FILE`).
+The Kafka SASL password is not among them: this single broker speaks PLAINTEXT, where a SASL
+password is refused as a setting its protocol ignores; it is checked on the secured cluster
+(test_cluster.py: the pod's log over SCRAM; test_bad_kafka_config_cluster.py: each command's
+line). The echo server answers with the request's headers and target as JSON with
 `\\/`, form-encoded and lower-case percent-encoded; one answer cuts the `Authorization` value
 at the 512-character snippet limit; one is not HTTP at all (the client's error quotes the URL);
 the OTLP answer echoes its headers in the reason phrase. No 12-character piece of any secret
@@ -66,7 +68,6 @@ BASIC_USER, BASIC_PASSWORD = "svc-echo", "basic PW:x/y+z-0a1b2c3d"
 URL_KEY = "urlKEY-7c1d2e3f/4a5b+6c7d"
 X_API_KEY = "xapi-KEY-9e8d7c6b5a4f3e2d"
 PARTNER_REF = "partner-REF-1a2b3c4d5e6f"  # a header named like any other, marked secret
-SASL_PASSWORD = "sasl-PW-0f1e2d3c4b5a6978"
 DSN_PASSWORD = "dsn-PW-a1b2c3d4e5f60789"
 CONSOLE_TOKEN = "console-TOK-5a6b7c8d9e0f1a2b"
 OTLP_KEY = "otlp-KEY-1f2e3d4c5b6a7988"
@@ -75,7 +76,7 @@ SECRETS = {
     "bearer token": BEARER, "basic password": BASIC_PASSWORD,
     "basic pair": base64.b64encode(f"{BASIC_USER}:{BASIC_PASSWORD}".encode()).decode(),
     "URL api_key": URL_KEY, "X-Api-Key": X_API_KEY, "marked header": PARTNER_REF,
-    "SASL password": SASL_PASSWORD, "DSN password": DSN_PASSWORD,
+    "DSN password": DSN_PASSWORD,
     "console token": CONSOLE_TOKEN, "OTLP header": OTLP_KEY, "untold password": UNTOLD,
 }
 PIECE = 12
@@ -173,7 +174,6 @@ def pod_environment(tmp_path: Path, echo: Echo, auth: str) -> dict[str, str]:
         "WAITLINE_HTTP_HEADERS": json.dumps({"X-Api-Key": X_API_KEY,
                                              "X-Partner-Ref": PARTNER_REF}),
         "WAITLINE_HTTP_SECRET_HEADERS": "X-Partner-Ref",
-        "WAITLINE_SASL_PASSWORD_FILE": secret_file(tmp_path, "sasl", SASL_PASSWORD),
         "OTEL_EXPORTER_OTLP_ENDPOINT": echo.base,
         "OTEL_EXPORTER_OTLP_HEADERS": f"x-otlp-key={quote(OTLP_KEY, safe='')}",
         "OTEL_BSP_SCHEDULE_DELAY": "200",
@@ -225,7 +225,6 @@ def viewer_environment(tmp_path: Path, kafka_bootstrap: str, pg_dsn: str) -> dic
     credentials = json.dumps({"ops": {"role": "operator", "token": CONSOLE_TOKEN}})
     env.update({
         "WAITLINE_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "WAITLINE_SASL_PASSWORD": SASL_PASSWORD,
         "WAITLINE_PG_DSN": make_conninfo(pg_dsn, password=DSN_PASSWORD),
         "WAITLINE_CONSOLE_CREDENTIALS_FILE": secret_file(tmp_path, "credentials", credentials),
         "COLUMNS": "120",
@@ -245,7 +244,7 @@ def foreign_dlq_record(group: str) -> tuple[bytes | None, bytes | None,
     """A DLQ record as a tool that masks nothing would write it: secrets of the viewers' own
     (registered there) and secrets nobody registered (found by the patterns)."""
     message = (f'HTTP 401: {{"password": "{UNTOLD}", "Authorization": "Bearer {BEARER}"}} '
-               f"dsn=postgresql://app:{DSN_PASSWORD}@db:5432/w sasl={SASL_PASSWORD} "
+               f"dsn=postgresql://app:{DSN_PASSWORD}@db:5432/w "
                f"basic: Basic {SECRETS['basic pair']} console token={CONSOLE_TOKEN}")
     source = SourceRecord("orders", 0, 99, b"foreign", b"{}", (), int(time.time() * 1000))
     out = dlq_record(source, group, Failure("HTTPStatusError", message, f"Traceback\n{message}"))
@@ -351,7 +350,7 @@ async def test_no_configured_secret_reaches_logs_metrics_dlq_cli_or_console(
         at = ["--group", groups["bearer"], "--partition", str(partition), "--offset",
               str(offset)]
         commands[f"dlq show {offset}"] = ["dlq", "show", *at]
-        commands[f"dlq show --json {offset}"] = ["dlq", "show", *at, "--json"]
+        commands[f"dlq show --output json {offset}"] = ["dlq", "show", *at, "--output", "json"]
     with ThreadPoolExecutor(max_workers=4) as pool:  # each is a process of its own
         runs = {name: pool.submit(waitline, env, *args) for name, args in commands.items()}
         shown = {name: run.result() for name, run in runs.items()}
