@@ -291,6 +291,16 @@ class SecureCluster:
         """`serving`, for callers outside an event loop."""
         asyncio.run(self.serving(node_ids, timeout_s))
 
+    async def restore(self) -> None:
+        """Every node running and serving again after a fault: a stopped or killed one
+        started, a frozen one thawed."""
+        for node in self.nodes.values():
+            if node.pid() is None:
+                node.start()
+            else:
+                node.thaw()
+        await self.serving()
+
     async def serving(self, node_ids: tuple[int, ...] = NODE_IDS,
                       timeout_s: float = START_TIMEOUT_S) -> None:
         """Until each of `node_ids` is a live broker; StackError naming a node that exited, or

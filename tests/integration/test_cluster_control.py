@@ -32,12 +32,7 @@ async def view(secure_cluster: SecureCluster) -> AsyncIterator[ClusterView]:
         try:
             yield cluster_view
         finally:
-            for node in secure_cluster.nodes.values():
-                if node.pid() is None:
-                    node.start()
-                else:
-                    node.thaw()
-            await secure_cluster.serving()
+            await secure_cluster.restore()
             await cluster_view.wait_balanced(timeout_s=240)
 
 

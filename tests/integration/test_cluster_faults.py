@@ -40,12 +40,7 @@ async def context(secure_cluster: SecureCluster, cluster_env: None,
         try:
             yield ClusterContext(secure_cluster, view, tmp_path, print)
         finally:
-            for node in secure_cluster.nodes.values():
-                if node.pid() is None:
-                    node.start()
-                else:
-                    node.thaw()
-            await secure_cluster.serving()
+            await secure_cluster.restore()
             await view.wait_isr_full(timeout_s=240)
 
 
