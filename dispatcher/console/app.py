@@ -52,7 +52,6 @@ from dispatcher.console.reveals import record_reveal as record_reveal_audit
 from dispatcher.console.sampler import Sampler, WatchSettings
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
-from dispatcher.console.targets import RedriveTargets
 from dispatcher.console.throttle import (
     LoginThrottle,
     ThrottlePolicy,
@@ -61,6 +60,7 @@ from dispatcher.console.throttle import (
 )
 from dispatcher.console.trends_page import arrivals_chart, redrive_section, trends_page
 from dispatcher.dlq.records import DlqRecord
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -117,7 +117,7 @@ class Console:
             self.kafka, self.store,
             RedriveLimits(max_rate=settings.max_rate, max_records=settings.max_redrive_records,
                           max_plans=settings.max_plans),
-            RedriveTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
+            ReplayTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
         self.sampler = Sampler(self.kafka, self.groups, self.watch)
 
 
