@@ -3,8 +3,9 @@ routes (`Accept: application/json`, or `?format=json`).
 
 Every response, a raised 403, 404 or redirect included, carries a strict
 Content-Security-Policy (scripts and styles from the console itself only, no inline code, no
-framing), `nosniff`, and a `Server` header without a version. Every route but the login page and the
-static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
+framing), `nosniff`, and a `Server` header without a version (what aiohttp answers below the
+application, a request its parser refuses, gets them from `dispatcher.console.server`).
+Every route but the login page and the static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
 `Authorization` header. Every state change is a POST; with a session it needs the session's
 CSRF token, and a redrive needs the operator role. The login form has its own pre-session
 CSRF token (a cookie and a form field that must match), and failed logins are throttled
@@ -18,7 +19,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,17 +187,23 @@ async def _exposed(request: web.Request, handler: Handler) -> web.StreamResponse
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """Every response's headers, set as it is sent: a raised 403, 404 or redirect gets them
-    too, and the `Server` header names no version."""
+    too, and the `Server` header names no version. (What aiohttp's parser refuses is answered
+    below the application: `dispatcher.console.server` sets the same there.)"""
     headers = response.headers
     if (started := request.get(_STARTED)) is not None:
         # The server's own time for the request (the console's benchmark reads it).
         headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    harden(headers, secure=bool(request.get(_SECURE)))
+
+
+def harden(headers: MutableMapping[str, str], *, secure: bool) -> None:
+    """The security headers every console response carries (HSTS when served over TLS)."""
     headers["Content-Security-Policy"] = CSP
     headers["X-Content-Type-Options"] = "nosniff"
     headers["X-Frame-Options"] = "DENY"
     headers["Referrer-Policy"] = "no-referrer"
     headers["Server"] = SERVER
-    if request.get(_SECURE):
+    if secure:
         headers["Strict-Transport-Security"] = HSTS
     headers.setdefault("Cache-Control", "no-store")
 
