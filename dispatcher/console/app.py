@@ -5,9 +5,10 @@ Every response, a raised 403, 404 or redirect included, carries a strict
 Content-Security-Policy (scripts and styles from the console itself only, no inline code, no
 framing), `nosniff`, and a `Server` header without a version (what aiohttp answers below the
 application, a request its parser refuses, gets them from `dispatcher.console.server`).
-Every route but the login page and the static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
-`Authorization` header. Every state change is a POST; with a session it needs the session's
-CSRF token, and a redrive needs the operator role. The login form has its own pre-session
+Every route but the login page and the static files needs a principal
+(`dispatcher.console.auth`): a session cookie, or an `Authorization` header. Every state
+change is a POST; with a session it needs the session's CSRF token, and a redrive needs the
+operator role. The login form has its own pre-session
 CSRF token (a cookie and a form field that must match), and failed logins are throttled
 (`dispatcher.console.throttle`): a password's name, once locked out, gets 429 with
 `Retry-After` before the password is looked at; a valid token is never refused.
