@@ -117,7 +117,10 @@ class BatchEngine:
     async def _read_past_unreadable(self, unreadable: list[tuple[TopicPartition, int, Exception]],
                                     error: Exception) -> Fetched:
         """The batch read one record at a time from where each partition's last batch ended;
-        the offsets of the records the client cannot parse go to `unreadable`."""
+        the offsets of the records the client cannot parse go to `unreadable`. A fetch that
+        fails on the way ends the read with what it found: those records are consumed (the
+        next fetch goes on after them), so they are this batch's; the fetch is tried again at
+        the next poll."""
         batch: dict[TopicPartition, list[FetchedRecord]] = {}
 
         def start(tp: TopicPartition, records: Sequence[FetchedRecord]) -> None:
@@ -126,8 +129,12 @@ class BatchEngine:
         def start_unreadable(tp: TopicPartition, offset: int) -> None:
             unreadable.append((tp, offset, error))
 
-        await read_past_unreadable(self._consumer, self._positions.expected_next, start,
-                                   start_unreadable, limit=self._window.concurrency)
+        try:
+            await read_past_unreadable(self._consumer, self._positions.expected_next, start,
+                                       start_unreadable, limit=self._window.concurrency)
+        except KafkaClientError as exc:
+            log.warning("fetching failed while reading past an unreadable record; the batch "
+                        "is what was read before it, the rest is fetched next poll: %r", exc)
         return batch
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:

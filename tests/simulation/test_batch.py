@@ -5,9 +5,9 @@ seeded sweep draws it too (`world._draw_pod_kind`)."""
 
 from __future__ import annotations
 
-from cases import committed_to_end, dlq
+from cases import FetchFailsMidRead, committed_to_end, dlq
 from oracle import check
-from simkafka import ClientFaults
+from simkafka import ClientFaults, SimCluster, SimConsumer
 from world import Input, quiet, simulate
 
 BATCH = {"mode": "batch", "concurrency": 4, "circuit_breaker": "off"}
@@ -46,3 +46,27 @@ def test_the_batch_baseline_commits_a_batch_again_after_its_commit_failed() -> N
     assert failed, "no commit failed: the case did not reach its path"
     assert committed_to_end(log)
     assert check(log) == []
+
+
+def test_the_batch_baseline_keeps_what_it_read_when_a_fetch_fails_past_an_unreadable_record(
+) -> None:
+    """A fetch fails (a retriable error the seam passes on) while the batch baseline reads one
+    record at a time past a record the client cannot parse. The defect: the pod died of it
+    (found by `sweep.py --faults --seed 126`); dropping the batch would be worse, since the
+    records read before the failure are consumed and the next fetch goes on after them: the
+    batch keeps them, and the fetch is tried again at the next poll."""
+    inputs = [Input(b"k", b"p0-%d" % i, partition=0, unreadable=i == 2) for i in range(5)]
+    inputs += [Input(b"k", b"p1-%d" % i, partition=1) for i in range(10)]
+    consumers: list[FetchFailsMidRead] = []
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        consumers.append(FetchFailsMidRead(cluster, member, max_poll))
+        return consumers[-1]
+
+    log = simulate(quiet({**BATCH, "concurrency": 16}, inputs=inputs, records=len(inputs),
+                         partitions=2, make_consumer=consumer))
+    assert consumers[0].careful_reads >= 4, "the fetch did not fail during the careful read"
+    assert [p.error for p in log.pods] == [None]
+    assert check(log) == []
+    assert {(c.partition, c.offset) for c in log.calls} == {
+        (p, i) for p, n in ((0, 5), (1, 10)) for i in range(n)} - {(0, 2)}
