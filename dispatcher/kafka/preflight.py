@@ -125,17 +125,53 @@ async def _attempt(kafka: KafkaConfig, host: str, port: int,
 
 
 class _CheckConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is untyped
-    """aiokafka's connection (the clients' TLS and SASL exchange), closed at once: its own
-    close() starts a TLS close that waits for the server's close_notify, which the check does not
-    wait for (the console and the pod end the check's event loop right after it), so the socket
-    was left for the garbage collector. Nothing is left to send on a check's connection; abort
-    it. aiokafka's connect() calls close() itself when the exchange fails or is cancelled."""
+    """aiokafka's connection (the clients' TLS and SASL exchange), closed at once, whatever
+    stage it reached: the console and the pod end the check's event loop right after it, so a
+    socket still closing then is left to the garbage collector (a ResourceWarning, an open
+    connection to the broker).
+
+    Two ways a socket outlives a plain close(): aiokafka's own close() starts a TLS close that
+    waits for the server's close_notify; and when the check is cancelled (another server
+    answered first) just as the TLS handshake completes, asyncio's create_connection closes the
+    transport it never handed back, gracefully, for up to 30 s. Nothing is left to send on a
+    check's connection: every transport it made is aborted. aiokafka's connect() calls close()
+    itself when the exchange fails or is cancelled."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._made: list[asyncio.BaseProtocol] = []
+        self._loop: Any = _ProtocolsKept(asyncio.get_running_loop(), self._made)
 
     def close(self, reason: Any = None, exc: BaseException | None = None) -> Any:
         writer = self._writer
         if writer is not None:
             writer.transport.abort()
+        for protocol in self._made:  # asyncio's streams keep their transport until it is lost
+            transport = getattr(protocol, "_transport", None)
+            if transport is not None:
+                transport.abort()
         return super().close(reason=reason, exc=exc)
+
+
+class _ProtocolsKept:
+    """The running loop, as the connection sees it, except that create_connection also keeps
+    the protocol it makes (and through it the transport), even when the call is cancelled
+    before returning them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, made: list[asyncio.BaseProtocol]):
+        self._running = loop
+        self._made = made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._running, name)
+
+    async def create_connection(self, protocol_factory: Any, *args: Any,
+                                **kwargs: Any) -> Any:
+        def keeping() -> asyncio.BaseProtocol:
+            protocol: asyncio.BaseProtocol = protocol_factory()
+            self._made.append(protocol)
+            return protocol
+        return await self._running.create_connection(keeping, *args, **kwargs)
 
 
 def _evidence(kafka: KafkaConfig, address: str, exc: BaseException,
