@@ -65,6 +65,9 @@ class BatchEngine:
         # the ends of batches whose commit failed, for partitions still its own: committed
         # again at the next poll, with a next batch or without one
         self._uncommitted: dict[TopicPartition, int] = {}
+        # how many times each partition was revoked: a batch fetched before a revoke is not
+        # committed for that partition (its client starts again at the committed offset)
+        self._revokes: dict[TopicPartition, int] = {}
         metrics.window.set(window.concurrency)
 
     @property
@@ -88,6 +91,7 @@ class BatchEngine:
                 log.warning("fetching failed, trying again in %.1f s: %r", FETCH_RETRY_S, exc)
                 await asyncio.sleep(FETCH_RETRY_S)
                 continue
+            owned = dict(self._revokes)
             records = [source_record(r) for rs in batch.values() for r in rs]
             if not records and not unreadable:
                 if self._uncommitted:
@@ -106,6 +110,11 @@ class BatchEngine:
                     for tp, rs in batch.items() if rs}
             for tp, offset, _exc in unreadable:
                 ends[tp] = max(ends.get(tp, 0), offset + 1)
+            # A partition revoked while its batch was called is the next owner's (or ours again,
+            # from the committed offset, below this batch): committing this batch's end there
+            # would move the committed offset back once the batch fetched again commits.
+            ends = {tp: end for tp, end in ends.items()
+                    if self._revokes.get(tp, 0) == owned.get(tp, 0)}
             for tp, end in ends.items():
                 self._positions.forget(partition_key(tp))
                 self._positions.starts_at(partition_key(tp), end)
@@ -117,7 +126,10 @@ class BatchEngine:
     async def _read_past_unreadable(self, unreadable: list[tuple[TopicPartition, int, Exception]],
                                     error: Exception) -> Fetched:
         """The batch read one record at a time from where each partition's last batch ended;
-        the offsets of the records the client cannot parse go to `unreadable`."""
+        the offsets of the records the client cannot parse go to `unreadable`. A fetch that
+        fails on the way ends the read with what it found: those records are consumed (the
+        next fetch goes on after them), so they are this batch's; the fetch is tried again at
+        the next poll."""
         batch: dict[TopicPartition, list[FetchedRecord]] = {}
 
         def start(tp: TopicPartition, records: Sequence[FetchedRecord]) -> None:
@@ -126,17 +138,23 @@ class BatchEngine:
         def start_unreadable(tp: TopicPartition, offset: int) -> None:
             unreadable.append((tp, offset, error))
 
-        await read_past_unreadable(self._consumer, self._positions.expected_next, start,
-                                   start_unreadable, limit=self._window.concurrency)
+        try:
+            await read_past_unreadable(self._consumer, self._positions.expected_next, start,
+                                       start_unreadable, limit=self._window.concurrency)
+        except KafkaClientError as exc:
+            log.warning("fetching failed while reading past an unreadable record; the batch "
+                        "is what was read before it, the rest is fetched next poll: %r", exc)
         return batch
 
     async def on_revoked(self, revoked: list[TopicPartition]) -> None:
-        """The batch in flight is not waited for (its commit fails; the next owner calls it
-        again): only where the partitions' next batches start, and the ends of their batches
-        whose commit failed, are forgotten."""
+        """The batch in flight is not waited for (the next owner calls it again; its end is not
+        committed for the revoked partitions): only where the partitions' next batches start,
+        and the ends of their batches whose commit failed, are forgotten."""
         for tp in revoked:
+            key = TopicPartition(tp.topic, tp.partition)
             self._positions.forget(partition_key(tp))
-            self._uncommitted.pop(TopicPartition(tp.topic, tp.partition), None)
+            self._uncommitted.pop(key, None)
+            self._revokes[key] = self._revokes.get(key, 0) + 1
 
     async def on_assigned(self, assigned: list[TopicPartition]) -> None:
         await read_committed(self._consumer, assigned, self._positions)

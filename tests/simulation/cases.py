@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from simkafka import SimRecord
+from simkafka import SimConsumer, SimRecord
 from world import EPOCH_S, GROUP, INPUT, Call, Handle, RunLog, World
 
+from dispatcher.errors import KafkaClientError
 from dispatcher.handlers.record import Record, Retryable
-from dispatcher.kafka.seam import TopicPartition
+from dispatcher.kafka.seam import Fetched, TopicPartition
 from dispatcher.wire import (
     DlqEntry,
     SourceRecord,
@@ -162,3 +163,19 @@ class Outage:
             raise Retryable("503 Service Unavailable (simulated outage)")
         await asyncio.sleep(self.latency_s)
         return b'{"ok": true}'
+
+
+class FetchFailsMidRead(SimConsumer):
+    """A fetch that fails (a leader moving) once, in the middle of the engine's one-record-at-a-
+    time read of partition 1."""
+
+    careful_reads = 0
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        if partitions == (TopicPartition(INPUT, 1),) and max_records == 1:
+            self.careful_reads += 1
+            if self.careful_reads == 4:
+                raise KafkaClientError("NotLeaderForPartitionError (injected fetch error)")
+        return await super().getmany(*partitions, timeout_ms=timeout_ms,
+                                     max_records=max_records)

@@ -5,10 +5,15 @@ seeded sweep draws it too (`world._draw_pod_kind`)."""
 
 from __future__ import annotations
 
-from cases import committed_to_end, dlq
+from collections.abc import Mapping
+
+from cases import FetchFailsMidRead, answer, committed_to_end, dlq
 from oracle import check
-from simkafka import ClientFaults
-from world import Input, quiet, simulate
+from simkafka import ClientFaults, SimCluster, SimConsumer
+from world import INPUT, Input, World, quiet, simulate, until
+
+from dispatcher.errors import KafkaClientError
+from dispatcher.kafka.seam import TopicPartition
 
 BATCH = {"mode": "batch", "concurrency": 4, "circuit_breaker": "off"}
 
@@ -44,5 +49,69 @@ def test_the_batch_baseline_commits_a_batch_again_after_its_commit_failed() -> N
     assert [p.error for p in log.pods] == [None]
     failed = [a for a in log.cluster.commit_attempts if not a.ok]
     assert failed, "no commit failed: the case did not reach its path"
+    assert committed_to_end(log)
+    assert check(log) == []
+
+
+def test_the_batch_baseline_keeps_what_it_read_when_a_fetch_fails_past_an_unreadable_record(
+) -> None:
+    """A fetch fails (a retriable error the seam passes on) while the batch baseline reads one
+    record at a time past a record the client cannot parse. The defect: the pod died of it
+    (found by `sweep.py --faults --seed 126`); dropping the batch would be worse, since the
+    records read before the failure are consumed and the next fetch goes on after them: the
+    batch keeps them, and the fetch is tried again at the next poll."""
+    inputs = [Input(b"k", b"p0-%d" % i, partition=0, unreadable=i == 2) for i in range(5)]
+    inputs += [Input(b"k", b"p1-%d" % i, partition=1) for i in range(10)]
+    consumers: list[FetchFailsMidRead] = []
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        consumers.append(FetchFailsMidRead(cluster, member, max_poll))
+        return consumers[-1]
+
+    log = simulate(quiet({**BATCH, "concurrency": 16}, inputs=inputs, records=len(inputs),
+                         partitions=2, make_consumer=consumer))
+    assert consumers[0].careful_reads >= 4, "the fetch did not fail during the careful read"
+    assert [p.error for p in log.pods] == [None]
+    assert check(log) == []
+    assert {(c.partition, c.offset) for c in log.calls} == {
+        (p, i) for p, n in ((0, 5), (1, 10)) for i in range(n)} - {(0, 2)}
+
+
+class _FirstCommitFails(SimConsumer):
+    """The group refuses the first commit (a coordinator moving), then takes every one."""
+
+    commits = 0
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.commits += 1
+        if self.commits == 1:
+            raise KafkaClientError("RequestTimedOutError (injected: the first commit)")
+        await super().commit(offsets)
+
+
+def test_the_batch_baseline_does_not_commit_a_batch_of_an_ownership_a_rebalance_ended() -> None:
+    """A rebalance comes while a batch is called and gives the partition back to the same pod,
+    whose client starts it again at the committed offset, below that batch (the commit before
+    it failed). The defect: the batch of the ended ownership was committed when it ended, and
+    the batch fetched again from the committed offset then committed below it: the committed
+    offset went back (found by `sweep.py --faults --seed 970`, and 369, 743, 966, 968). A
+    batch's end is committed only for the partitions not revoked since it was fetched."""
+    inputs = [Input(b"k%d" % i, b"%d" % i) for i in range(6)]
+    consumers: list[_FirstCommitFails] = []
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        consumers.append(_FirstCommitFails(cluster, member, max_poll))
+        return consumers[-1]
+
+    async def rebalance_during_the_second_batch(world: World) -> None:
+        await until(lambda: any(c.offset == 2 for c in world.log.calls))
+        await world.cluster.rebalance([INPUT])
+
+    log = simulate(quiet({**BATCH, "concurrency": 2}, inputs=inputs, records=len(inputs),
+                         make_consumer=consumer, script=rebalance_during_the_second_batch,
+                         handle=answer(lambda value: 1.0 if value == b"2" else 0.01)))
+    assert consumers[0].commits >= 2, "the first commit was not refused"
+    assert len(log.cluster.assignments) >= 2, "no rebalance while the batch was called"
+    assert [p.error for p in log.pods] == [None]
     assert committed_to_end(log)
     assert check(log) == []

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from cases import FetchFailsMidRead
 from oracle import check
 from simkafka import ClientFaults, SimCluster, SimConsumer
 from world import INPUT, Input, World, quiet, simulate
-
-from dispatcher.errors import KafkaClientError
-from dispatcher.kafka.seam import Fetched, TopicPartition
 
 
 def test_a_record_the_client_cannot_parse_in_a_new_groups_first_fetch_skips_nothing() -> None:
@@ -69,22 +67,6 @@ def test_a_rebalance_while_reading_past_an_unreadable_record_mixes_no_ownerships
     assert {(c.partition, c.offset) for c in log.calls} >= {(1, i) for i in range(10)}
 
 
-class _FetchFailsMidRead(SimConsumer):
-    """A fetch that fails (a leader moving) once, in the middle of the engine's one-record-at-a-
-    time read of partition 1."""
-
-    careful_reads = 0
-
-    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
-                      max_records: int | None = None) -> Fetched:
-        if partitions == (TopicPartition(INPUT, 1),) and max_records == 1:
-            self.careful_reads += 1
-            if self.careful_reads == 4:
-                raise KafkaClientError("NotLeaderForPartitionError (injected fetch error)")
-        return await super().getmany(*partitions, timeout_ms=timeout_ms,
-                                     max_records=max_records)
-
-
 def test_a_fetch_failing_while_reading_past_an_unreadable_record_loses_nothing_read() -> None:
     """A fetch fails while the engine reads one record at a time to find a record the client
     cannot parse. The defect: the records read before the failure were consumed but never
@@ -92,10 +74,10 @@ def test_a_fetch_failing_while_reading_past_an_unreadable_record_loses_nothing_r
     (found by `sweep.py --faults --seed 273`)."""
     inputs = [Input(b"k", b"p0-%d" % i, partition=0, unreadable=i == 2) for i in range(5)]
     inputs += [Input(b"k", b"p1-%d" % i, partition=1) for i in range(10)]
-    consumers: list[_FetchFailsMidRead] = []
+    consumers: list[FetchFailsMidRead] = []
 
     def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
-        consumers.append(_FetchFailsMidRead(cluster, member, max_poll))
+        consumers.append(FetchFailsMidRead(cluster, member, max_poll))
         return consumers[-1]
 
     log = simulate(quiet({"concurrency": 16}, inputs=inputs, records=len(inputs), partitions=2,
