@@ -391,6 +391,10 @@ class SimConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         faults = self._cluster.faults
+        if self.dead:  # asked after the kill -9 (the engine's cancelled stop still runs here):
+            # a dead process sends nothing, so this commit can never land; `lands_after_kill`
+            # is only for a commit sent before the kill (found by `sweep.py --faults --seed 670`)
+            await _forever()
         try:
             await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
         except asyncio.CancelledError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+import world
 from cases import FetchFailsMidRead
 from oracle import check
 from simkafka import ClientFaults, SimCluster, SimConsumer
@@ -86,3 +88,24 @@ def test_a_fetch_failing_while_reading_past_an_unreadable_record_loses_nothing_r
     assert check(log) == []
     assert {(c.partition, c.offset) for c in log.calls} == {
         (p, i) for p, n in ((0, 5), (1, 10)) for i in range(n)} - {(0, 2)}
+
+
+
+@pytest.mark.parametrize("seed", [670, 1150])
+def test_a_commit_the_killed_pod_asks_for_after_the_kill_never_lands(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 during a rebalance, while records prepared ahead wait for a rate token below a
+    record already called (holes). The simulator runs the killed engine's cancelled stop,
+    whose drain gives the holes their tokens (their offsets committable, their calls never
+    reaching the counterparty) and then asks for its final commit. A dead process sends
+    nothing: that commit must never land, or the holes are committed uncalled and expire into
+    the DLQ. The defect was the simulator's: `lands_after_kill`, meant for a commit sent before
+    the kill, also landed the commits asked for after it (`sweep.py --faults --seed 670`, and
+    `--seed 1150` with `--workers 2`)."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(seed)
+    killed = {p.name: p.killed_at for p in log.pods if p.killed_at is not None}
+    assert killed, "the seed no longer kills a pod"
+    assert [c for c in log.cluster.commits
+            if c.member in killed and c.at > (killed[c.member] or 0.0)] == []
+    assert check(log) == []
