@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from dispatcher.call.contract import CallRequest, Counterparty, call_settling_bugs
 from dispatcher.clock import monotonic_s
-from dispatcher.errors import KafkaClientError, UnreadableRecordError
+from dispatcher.errors import FatalError, KafkaClientError, ProduceError, UnreadableRecordError
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import (
     AckedWrites,
@@ -101,9 +101,16 @@ class BatchEngine:
             self._in_flight = len(records)
             self._metrics.in_flight.set(len(records))
             started = monotonic_s()
-            await asyncio.gather(*(self._process(r) for r in records),
-                                 *(self._outcomes.reference(*unreadable_reference(tp, offset, exc))
-                                   for tp, offset, exc in unreadable))
+            try:
+                await asyncio.gather(*(self._process(r) for r in records),
+                                     *(self._outcomes.reference(*unreadable_reference(tp, offset,
+                                                                                      exc))
+                                       for tp, offset, exc in unreadable))
+            except ProduceError as exc:  # a write that can never succeed: fatal, as the
+                # engine's (exit 3, restarted); the batch stays uncommitted for the next run
+                log.critical("cannot write an outcome of the batch: %r; stopping so that the "
+                             "pod is restarted (the batch is not committed)", exc)
+                raise FatalError(f"stopped: {exc}") from exc
             self._in_flight = 0
             self._metrics.in_flight.set(0)
             ends = {TopicPartition(tp.topic, tp.partition): rs[-1].offset + 1

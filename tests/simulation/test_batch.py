@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 from cases import FetchFailsMidRead, answer, committed_to_end, dlq
 from oracle import check
-from simkafka import ClientFaults, SimCluster, SimConsumer
+from simkafka import ClientFaults, SimCluster, SimConsumer, WriteFaults
 from world import INPUT, Input, World, quiet, simulate, until
 
-from dispatcher.errors import KafkaClientError
+from dispatcher.errors import FatalError, KafkaClientError
 from dispatcher.kafka.seam import TopicPartition
 
 BATCH = {"mode": "batch", "concurrency": 4, "circuit_breaker": "off"}
@@ -114,4 +114,17 @@ def test_the_batch_baseline_does_not_commit_a_batch_of_an_ownership_a_rebalance_
     assert len(log.cluster.assignments) >= 2, "no rebalance while the batch was called"
     assert [p.error for p in log.pods] == [None]
     assert committed_to_end(log)
+    assert check(log) == []
+
+
+def test_the_batch_baseline_stops_fatally_on_a_write_that_can_never_succeed() -> None:
+    """A write that can never succeed (an authorisation refused) stops the batch baseline as
+    it stops the engine: `FatalError` (exit 3, the orchestrator restarts it), caused by the
+    very write that failed, its batch uncommitted for the next run. The defect: the raw
+    `ProduceError` escaped (`waitline dispatch` exit 2, as for bad configuration; found by
+    `sweep.py --faults --seed 1113` and `--seed 1204`)."""
+    log = simulate(quiet(BATCH, records=12, handle=answer(lambda _v: 0.2),
+                         write_faults=WriteFaults(fatal_at=0.1)))
+    assert log.pods and all(isinstance(p.error, FatalError) for p in log.pods), [
+        p.error for p in log.pods]
     assert check(log) == []
