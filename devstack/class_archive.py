@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -58,6 +60,7 @@ TRAINING_PARTITIONS = 4
 JVM_EXIT_TIMEOUT_S = 300.0  # HotSpot writes the archive as the JVM exits: ~10 s on 2 cores
 # HotSpot warns of every class it leaves out (signed jars, classes never linked): not news.
 TRAINING_JAVA_OPTIONS = "-Xlog:cds=error,cds+dynamic=error"
+TRAINING_PREFIX = ".training-"  # the folder a build trains in, beside the archive
 # The Kafka source meets no broker: these bound how long it tries before the query fails.
 _NO_BROKER = "127.0.0.1:1"
 NO_BROKER_WAIT_S = 30
@@ -96,7 +99,8 @@ def build_class_archive(*, directory: Path | None = None,
         raise ClassArchiveError("no `java` found (JAVA_HOME or PATH)")
     # In the archive's own folder, so that the finished archive replaces the old one by rename:
     # a JVM starting meanwhile maps one or the other, never half a file.
-    with tempfile.TemporaryDirectory(prefix=".training-", dir=directory) as work:
+    with building_alone(directory), \
+            tempfile.TemporaryDirectory(prefix=TRAINING_PREFIX, dir=directory) as work:
         fresh = Path(work) / ARCHIVE_NAME
         options = " ".join(filter(None, [base.driver_java_options, TRAINING_JAVA_OPTIONS,
                                          f"-XX:ArchiveClassesAtExit={fresh}"]))  # fmt: skip
@@ -115,6 +119,21 @@ def build_class_archive(*, directory: Path | None = None,
         os.replace(fresh, directory / ARCHIVE_NAME)
     (directory / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
     return directory / ARCHIVE_NAME
+
+
+@contextlib.contextmanager
+def building_alone(directory: Path) -> Iterator[None]:
+    """One build at a time in `directory` (an exclusive lock on the folder itself, released
+    when the build ends or its process dies); once it is ours, what builds killed earlier left
+    (their `.training-*` folders, up to an archive's size each) is removed."""
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        for left in directory.glob(f"{TRAINING_PREFIX}*"):
+            shutil.rmtree(left, ignore_errors=True)
+        yield
+    finally:
+        os.close(folder)
 
 
 def train(spark: Any, work: Path) -> None:

@@ -4,7 +4,8 @@ and given in the environment or in a mounted file (`dispatcher.secret_sources`).
 - `Secret` is a `SecretStr` setting that registers its value with the secret registry
   (`dispatcher.secrets`) when it is validated, that is wherever a settings class reads it; a
   new secret setting typed `Secret` cannot forget to register. `SecretUrl` does the same for a
-  URL (its userinfo password, its secret-looking query values).
+  URL (its userinfo password, its secret-looking query values), `SecretUrls` for each URL of a
+  comma-separated list.
 - Every setting that may hold a secret (those types, and fields marked `FILE_FORM` such as a
   JSON object of HTTP headers) can be given as a file, `<VAR>_FILE=/path` instead of
   `<VAR>=value`: `WaitlineSettings`, the base of every settings class, reads these files.
@@ -30,7 +31,7 @@ from dispatcher.errors import ConfigError
 from dispatcher.secret_sources import FILE_SUFFIX, read_secret_file
 from dispatcher.secrets import register_secret, register_url_secrets
 
-__all__ = ["FILE_FORM", "Secret", "SecretUrl", "WaitlineSettings"]
+__all__ = ["FILE_FORM", "Secret", "SecretUrl", "SecretUrls", "WaitlineSettings"]
 
 
 class FileForm:
@@ -53,11 +54,21 @@ def _registered_url(value: str) -> str:
     return value
 
 
+def _registered_urls(value: str) -> str:
+    for url in value.split(","):
+        if url.strip():
+            register_url_secrets(url.strip())
+    return value
+
+
 Secret = Annotated[SecretStr, AfterValidator(_registered), FILE_FORM]
 """A secret setting: hidden in reprs, masked in every text the process writes or shows."""
 
 SecretUrl = Annotated[str, AfterValidator(_registered_url), FILE_FORM]
 """A URL setting whose userinfo password and secret-looking query values are masked."""
+
+SecretUrls = Annotated[str, AfterValidator(_registered_urls), FILE_FORM]
+"""Comma-separated URLs, each masked as a `SecretUrl` is."""
 
 
 def _has_file_form(field: FieldInfo) -> bool:

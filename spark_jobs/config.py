@@ -12,6 +12,7 @@ from dispatcher.errors import ConfigError
 from dispatcher.kafka.config import KafkaConfig, load_kafka_config
 from spark_jobs.kafka_options import (
     extra_kafka_options,
+    secret_option,
     spark_kafka_options,
     spark_producer_options,
 )
@@ -137,7 +138,8 @@ def default_checkpoint_dir(group: str) -> str:
 
 
 def parse_kafka_options(options: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
-    """`kafka.<property>=<value>` strings (or a mapping) as a dict; ConfigError when malformed."""
+    """`kafka.<property>=<value>` strings (or a mapping) as a dict; ConfigError when malformed,
+    or when one carries a secret (`spark_jobs.kafka_options.secret_option`)."""
     pairs: Iterable[tuple[str, str]]
     if isinstance(options, Mapping):
         pairs = options.items()
@@ -145,6 +147,8 @@ def parse_kafka_options(options: Iterable[str] | Mapping[str, str]) -> dict[str,
         pairs = [_split_option(text) for text in options]
     parsed: dict[str, str] = {}
     for name, value in pairs:
+        if (refusal := secret_option(name, value)) is not None:
+            raise ConfigError(refusal)
         if not name.startswith("kafka.") or name == "kafka.":
             raise ConfigError(
                 f"Kafka option {name!r} must be a Kafka client property prefixed with 'kafka.', "

@@ -1,6 +1,8 @@
 """The one Kafka security configuration as Spark's `kafka.*` options, for the job's Kafka source
-and sink alike, and the check that `--kafka-option` adds client properties without contradicting
-it.
+and sink alike, the check that `--kafka-option` adds client properties without contradicting
+it, and the refusal of one that carries a secret (`secret_option`): a secret is never a
+command-line value (a command line shows in `ps`, shell history and a pod's spec), even one
+that repeats what the WAITLINE_* variables say.
 
 `spark_kafka_options` translates what `WAITLINE_SECURITY_PROTOCOL`, `WAITLINE_SASL_*` and
 `WAITLINE_SSL_*` configure for aiokafka into the Java client's properties:
@@ -23,6 +25,7 @@ own JAAS redaction). They are set in the JVM through the job's Python, never on 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,6 +67,42 @@ _QUOTABLE = frozenset({"kafka.security.protocol", "kafka.sasl.mechanism",
                        "kafka.ssl.truststore.type", "kafka.ssl.truststore.location",
                        "kafka.ssl.keystore.type", "kafka.ssl.keystore.location",
                        "kafka.ssl.endpoint.identification.algorithm"})
+
+
+_WHY = "a command line shows in `ps` and shell history"
+# Client properties (with or without Spark's `kafka.` prefix) that carry a secret: what each
+# carries, and what gives it instead. The first that matches the name says.
+_SECRET_OPTIONS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"sasl\.jaas\.config$"), "a password",
+     "give the password in WAITLINE_SASL_PASSWORD or WAITLINE_SASL_PASSWORD_FILE (with "
+     "WAITLINE_SASL_USERNAME and WAITLINE_SASL_MECHANISM); the job builds the JAAS line"),
+    (re.compile(r"ssl\.(key|keystore)\.password$"), "a password",
+     "give it in WAITLINE_SSL_KEY_PASSWORD or WAITLINE_SSL_KEY_PASSWORD_FILE (with "
+     "WAITLINE_SSL_CERTFILE and WAITLINE_SSL_KEYFILE)"),
+    (re.compile(r"ssl\.keystore\.key$"), "a private key",
+     "name its file in WAITLINE_SSL_KEYFILE (with WAITLINE_SSL_CERTFILE; an encrypted key's "
+     "password in WAITLINE_SSL_KEY_PASSWORD)"),
+    (re.compile(r"ssl\.truststore\.password$"), "a password",
+     "give the CA in WAITLINE_SSL_CAFILE or WAITLINE_SSL_CA_PEM (the job hands Spark a PEM "
+     "truststore, which has no password)"),
+    (re.compile(r"passw|secret", re.IGNORECASE), "a credential",
+     "give it in its WAITLINE_* variable or that variable's _FILE form (docs/OPERATIONS.md, "
+     '"Secrets", lists them)'),
+)
+_PASSWORD_IN_VALUE = re.compile(r"passw\w*\s*[=:]", re.IGNORECASE)
+
+
+def secret_option(name: str, value: str) -> str | None:
+    """The one line refusing the client property `name=value` given as a `--kafka-option`
+    when it carries a secret (by its name, or a `password=` in its value), naming what gives
+    it instead; None when it carries none. The value is never quoted."""
+    for pattern, carries, instead in _SECRET_OPTIONS:
+        if pattern.search(name):
+            return f"--kafka-option {name} carries {carries}: {_WHY}; {instead}"
+    if _PASSWORD_IN_VALUE.search(value):
+        carries, instead = _SECRET_OPTIONS[-1][1:]
+        return f"--kafka-option {name} carries {carries}: {_WHY}; {instead}"
+    return None
 
 
 def spark_kafka_options(kafka: KafkaConfig) -> dict[str, str]:

@@ -27,11 +27,12 @@ from devstack.containers import (
     container_stack,
     docker_unavailable_reason,
 )
+from devstack.postgres import PostgresService
 from devstack.stack import LocalStack, StackPorts
 from dispatcher.endpoints import StackConnection
 from dispatcher.errors import StackError
 from dispatcher.logs import HANDLER_NAME
-from dispatcher.ports import free_ports
+from dispatcher.ports import free_port, free_ports
 
 # Under `make test` (pytest-xdist, `--dist loadgroup`) the tests that need services run in
 # groups, each in one worker on that worker's own session stack: the Spark tier (a JVM per job)
@@ -155,6 +156,24 @@ def cluster_connection(secure_cluster: SecureCluster) -> ClusterConnection:
     """What a client needs to reach the secured cluster: `.env(auth)` is the `WAITLINE_*`
     mapping a command reads, `.kafka_config(auth)` the clients' configuration built from it."""
     return secure_cluster.connection()
+
+
+@pytest.fixture(scope="module")
+def registry_dsn() -> Iterator[str]:
+    """A PostgreSQL of the module's own with the registry's schema, for the Spark job on the
+    secured cluster (the cluster's tests run in a worker of their own, without the local
+    stack)."""
+    home = Path(tempfile.mkdtemp(prefix="waitline-cluster-pg-"))
+    home.chmod(0o755)  # the server runs as `postgres` and must reach its folder
+    postgres = PostgresService(home / "postgres", free_port())
+    try:
+        postgres.start()
+        postgres.wait_healthy()
+        postgres.ensure_database()
+        yield postgres.dsn
+    finally:
+        postgres.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@ routes (`Accept: application/json`, or `?format=json`).
 
 Every response, a raised 403, 404 or redirect included, carries a strict
 Content-Security-Policy (scripts and styles from the console itself only, no inline code, no
-framing), `nosniff`, and a `Server` header without a version. Every route but the login page and the
-static files needs a principal (`dispatcher.console.auth`): a session cookie, or an
-`Authorization` header. Every state change is a POST; with a session it needs the session's
-CSRF token, and a redrive needs the operator role. The login form has its own pre-session
+framing), `nosniff`, and a `Server` header without a version (what aiohttp answers below the
+application, a request its parser refuses, gets them from `dispatcher.console.server`).
+Every route but the login page and the static files needs a principal
+(`dispatcher.console.auth`): a session cookie, or an `Authorization` header. Every state
+change is a POST; with a session it needs the session's CSRF token, and a redrive needs the
+operator role. The login form has its own pre-session
 CSRF token (a cookie and a form field that must match), and failed logins are throttled
 (`dispatcher.console.throttle`): a password's name, once locked out, gets 429 with
 `Retry-After` before the password is looked at; a valid token is never refused.
@@ -18,7 +20,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,7 +54,6 @@ from dispatcher.console.reveals import record_reveal as record_reveal_audit
 from dispatcher.console.sampler import Sampler, WatchSettings
 from dispatcher.console.sessions import Sessions
 from dispatcher.console.settings import ConsoleSettings
-from dispatcher.console.targets import RedriveTargets
 from dispatcher.console.throttle import (
     LoginThrottle,
     ThrottlePolicy,
@@ -61,6 +62,7 @@ from dispatcher.console.throttle import (
 )
 from dispatcher.console.trends_page import arrivals_chart, redrive_section, trends_page
 from dispatcher.dlq.records import DlqRecord
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -117,7 +119,7 @@ class Console:
             self.kafka, self.store,
             RedriveLimits(max_rate=settings.max_rate, max_records=settings.max_redrive_records,
                           max_plans=settings.max_plans),
-            RedriveTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
+            ReplayTargets.of(self.dlq_topic, self.wait_topic, settings.redrive_topics))
         self.sampler = Sampler(self.kafka, self.groups, self.watch)
 
 
@@ -186,17 +188,23 @@ async def _exposed(request: web.Request, handler: Handler) -> web.StreamResponse
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """Every response's headers, set as it is sent: a raised 403, 404 or redirect gets them
-    too, and the `Server` header names no version."""
+    too, and the `Server` header names no version. (What aiohttp's parser refuses is answered
+    below the application: `dispatcher.console.server` sets the same there.)"""
     headers = response.headers
     if (started := request.get(_STARTED)) is not None:
         # The server's own time for the request (the console's benchmark reads it).
         headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    harden(headers, secure=bool(request.get(_SECURE)))
+
+
+def harden(headers: MutableMapping[str, str], *, secure: bool) -> None:
+    """The security headers every console response carries (HSTS when served over TLS)."""
     headers["Content-Security-Policy"] = CSP
     headers["X-Content-Type-Options"] = "nosniff"
     headers["X-Frame-Options"] = "DENY"
     headers["Referrer-Policy"] = "no-referrer"
     headers["Server"] = SERVER
-    if request.get(_SECURE):
+    if secure:
         headers["Strict-Transport-Security"] = HSTS
     headers.setdefault("Cache-Control", "no-store")
 

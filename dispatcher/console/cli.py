@@ -21,9 +21,10 @@ from typing import Annotated
 import typer
 from aiohttp import web
 
-from dispatcher.console.app import Console, build_app
+from dispatcher.console.app import Console
 from dispatcher.console.exposure import check_bind
 from dispatcher.console.sampler import load_watch_settings
+from dispatcher.console.server import console_runner
 from dispatcher.console.settings import ConsoleSettings, load_console_settings
 from dispatcher.console.store import Store
 from dispatcher.console.tls import server_context
@@ -117,7 +118,7 @@ def _tls_context(settings: ConsoleSettings) -> ssl.SSLContext | None:
 
 
 async def _serve(console: Console, context: ssl.SSLContext | None = None) -> None:
-    runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=5)
+    runner = console_runner(console, shutdown_timeout=5)
     await runner.setup()
     settings = console.settings
     site = web.TCPSite(runner, settings.host, settings.port, ssl_context=context)

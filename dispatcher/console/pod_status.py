@@ -28,6 +28,7 @@ from dispatcher.console.pods import (
     parse_status,
 )
 from dispatcher.errors import ConfigError
+from dispatcher.secrets import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def status_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     host = rest.split("/", 1)[0]
     if not sep or scheme not in ("http", "https") or not host:
-        raise ConfigError(f"pod status URL {url!r}: give http://HOST:PORT (a pod's "
+        raise ConfigError(f"pod status URL {redact_url(url)!r}: give http://HOST:PORT (a pod's "
                                 "metrics port) or its full /status URL")
     return url if rest.rstrip("/").endswith(STATUS_PATH) else url.rstrip("/") + STATUS_PATH
 

@@ -23,7 +23,7 @@ cap is from MIN_RATE (1 record/s: the largest redrive allowed then ends within a
 clients open no longer) to `WAITLINE_CONSOLE_MAX_RATE`; a plan holds at most
 `WAITLINE_CONSOLE_MAX_REDRIVE_RECORDS` records (the planner keeps no more than one over it);
 at most `WAITLINE_CONSOLE_MAX_PLANS` dry runs wait for confirmation at a time. Each record is
-written only where `dispatcher.console.targets` allows, whatever its headers claim.
+written only where `dispatcher.dlq.targets` allows, whatever its headers claim.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from dispatcher.console import store as db
 from dispatcher.console.auth import Principal
 from dispatcher.console.query import DlqQuery
 from dispatcher.console.settings import MIN_RATE
-from dispatcher.console.targets import RedriveTargets
 from dispatcher.dlq.ledger import LedgerEntry
 from dispatcher.dlq.plan import ReplayPlan, ReplayRequest
 from dispatcher.dlq.replay import execute_replay
 from dispatcher.dlq.session import KafkaSession, QuietObserver
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.errors import ConfigError, WaitlineError
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.secrets import mask_secrets
@@ -191,7 +191,7 @@ class RedriveManager:
     """Plans kept for confirmation, redrives running, and the tasks that run them."""
 
     def __init__(self, kafka: KafkaConfig, store: db.Store, limits: RedriveLimits,
-                 targets: RedriveTargets) -> None:
+                 targets: ReplayTargets) -> None:
         self._kafka = kafka
         self._store = store
         self.limits = limits
@@ -222,8 +222,7 @@ class RedriveManager:
                 await session.require_topic(target, "target")
         refusal = None
         if refused:
-            refusal = ("refused: " + "; ".join(f"{topic} is {why}" for topic, why in
-                                               sorted(refused.items())))
+            refusal = ReplayTargets.refused_line(refused)
         elif len(plan.items) > limits.max_records:
             refusal = (f"refused: the filter selects more than {limits.max_records} records "
                        "(WAITLINE_CONSOLE_MAX_REDRIVE_RECORDS); narrow it, e.g. by time")

@@ -7,7 +7,9 @@ the same moment share one sample).
 
 Settings, from `WAITLINE_CONSOLE_*` variables:
 - `POD_STATUS_URLS`: the pods' status endpoints, comma-separated (`http://10.0.0.5:9100`, a
-  pod's metrics port, or the full `…/status` URL);
+  pod's metrics port, or the full `…/status` URL); a URL may carry a credential (a proxy's
+  basic auth in its userinfo, a token in its query), so each registers for masking
+  (`SecretUrls`) and the list may come from a mounted file, `POD_STATUS_URLS_FILE`;
 - `POD_STATUS_DNS`: `NAME:PORT`, a name that resolves to every pod (the chart's headless
   Service of the pods' metrics port); resolved again at every sample;
 - `SAMPLE_INTERVAL_S` (30): how often; `POD_TIMEOUT_S` (2): how long a pod may take to answer;
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from dispatcher.console.groups import GroupReader
 from dispatcher.console.lag_history import LagHistory, lag_chart
@@ -33,19 +35,20 @@ from dispatcher.console.pods import GroupSnapshot, GroupView, QuietPod, group_vi
 from dispatcher.console.settings import ENV_PREFIX
 from dispatcher.errors import ConfigError, WaitlineError, config_error
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.secret_settings import SecretUrls, WaitlineSettings
 
 log = logging.getLogger(__name__)
 
 FRESH_S = 5.0  # a page asking for the pods samples again when the last sample is older
 
 
-class WatchSettings(BaseSettings):
+class WatchSettings(WaitlineSettings):
     """Where the pods' status endpoints are, and how often the console samples the groups."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True,
                                       hide_input_in_errors=True)
 
-    pod_status_urls: str = ""
+    pod_status_urls: SecretUrls = ""
     pod_status_dns: str = ""
     sample_interval_s: Annotated[float, Field(ge=1)] = 30.0
     pod_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0

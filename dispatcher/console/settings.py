@@ -94,8 +94,9 @@ class ConsoleSettings(WaitlineSettings):
     statement_timeout_s: Annotated[float, Field(gt=0)] = 10.0  # each query of the registry
     default_rate: Annotated[float, Field(ge=MIN_RATE)] = 200.0  # records/s of a redrive
     max_rate: Annotated[float, Field(ge=MIN_RATE)] = 5_000.0
-    # Redrives (dispatcher/console/redrive.py, targets.py): topics a redrive may write besides
-    # each record's original one, the most records per redrive, the most dry runs kept.
+    # Redrives (dispatcher/console/redrive.py, dispatcher/dlq/targets.py): topics a redrive
+    # may write besides each record's original one, the most records per redrive, the most
+    # dry runs kept.
     redrive_topics: Annotated[tuple[str, ...], NoDecode] = ()
     # What pages, answers and exports show of payloads (dispatcher/console/redaction.py).
     redaction: RedactionRules = RedactionRules()

@@ -12,6 +12,9 @@ a record that is not there). How a record is kept from being replayed twice: `di
 the tables the console's "replayed" filter and record detail read) whenever a registry is
 configured (`--dsn`, WAITLINE_PG_DSN, or the local stack's); `--audit` insists on it,
 `--no-audit` skips it. An unreachable registry stops the replay before anything is sent.
+`replay` writes each record to its original topic, `--to-topic` only to a topic named in
+WAITLINE_REPLAY_TOPICS, and never to the DLQ, its ledger, the wait topic or a `__` topic
+(`dispatcher.dlq.targets`, the console's policy too); a refused target is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from dispatcher.dlq.records import (
 from dispatcher.dlq.replay import ReplayOutcome, execute_replay
 from dispatcher.dlq.rows import DlqRow, DlqStats, OldestFirst
 from dispatcher.dlq.session import KafkaSession
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.dlq.views import (
     ProgressBar,
     detail_json,
@@ -305,7 +309,8 @@ def replay_records(
     wait_id: WaitIdOption = None,
     since: SinceOption = None,
     to_topic: Annotated[str | None, typer.Option(
-        "--to-topic", help="Replay here instead of each record's original topic.")] = None,
+        "--to-topic", help="Replay here instead of each record's original topic; only a topic "
+                           "named in WAITLINE_REPLAY_TOPICS (comma-separated).")] = None,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Replay at most this many matching records, the oldest.")] = None,
     include_replayed: Annotated[bool, typer.Option(
@@ -330,6 +335,7 @@ def replay_records(
     """Write DLQ records back to their topic, each wait id once."""
     as_json = output is OutputFormat.JSON  # one report
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
+    targets = _replay_targets(topic, to_topic)
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
                             include_replayed=include_replayed, limit=limit, force=force)
     console = _console()
@@ -342,7 +348,13 @@ def replay_records(
 
     async def plan_only(session: KafkaSession) -> ReplayPlan:
         with ProgressBar() as progress:
-            return await session.plan_replay(topic, request, PREVIEW_ROWS, progress)
+            plan = await session.plan_replay(topic, request, PREVIEW_ROWS, progress,
+                                             require_targets=False)
+        if refused := targets.refusals(plan.by_target(), chosen=to_topic is not None):
+            raise ConfigError(targets.refused_line(refused))
+        for target in plan.by_target():
+            await session.require_topic(target, "target")
+        return plan
 
     def execute(plan: ReplayPlan) -> Callable[[KafkaSession], Awaitable[ReplayOutcome]]:
         async def run(session: KafkaSession) -> ReplayOutcome:
@@ -378,6 +390,20 @@ def replay_records(
     if outcome is not None and audit is None and audit_dsn is None:
         typer.echo("note: this replay is not recorded for the console (no registry configured: "
                    "--dsn or WAITLINE_PG_DSN); `--no-audit` silences this", err=True)
+
+
+def _replay_targets(dlq_topic: str, to_topic: str | None) -> ReplayTargets:
+    """Where a replay of `dlq_topic` may write (`dispatcher.dlq.targets`); a `--to-topic` off
+    the allowlist, or an allowlist naming a topic never written, prints one line and exits 2
+    before Kafka is asked anything."""
+    try:
+        targets = ReplayTargets.for_command(dlq_topic)
+        if to_topic is not None:
+            targets.require_chosen("--to-topic", to_topic)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return targets
 
 
 def _audit_dsn(audit: bool | None, dsn: str | None) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -112,7 +113,11 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         log.info("stopped before start")
         return
     metrics = DispatcherMetrics()
-    producer = make_producer(kafka, max_batch_size=producer_batch_bytes(limits))
+    # The first producer, and any that replaces one out of sequence (AckedWriter).
+    new_producer = functools.partial(make_producer, kafka,
+                                     max_batch_size=producer_batch_bytes(limits))
+    producer = new_producer()
+    writer = AckedWriter(producer, topic_limits=limits, renew=new_producer)
     consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency,
                              rebalance_timeout_ms=int(window.rebalance_timeout_s * 1000))
     server: MetricsServer | None = None
@@ -121,7 +126,7 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         await consumer.start()
         source = KafkaSource(consumer)
         async with open_engine(settings, consumer=source,
-                               writer=AckedWriter(producer, topic_limits=limits),
+                               writer=writer,
                                topics=topics, metrics=metrics, handler=handler) as engine:
             obs = settings.observability()
             if obs.metrics_port is not None:
@@ -138,7 +143,7 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         if server is not None:
             await server.stop()
         await stop_quietly(consumer)
-        await stop_quietly(producer)
+        await writer.close()  # the producer writing now, and any it replaced
         _remove_handlers(loop)
     log.info("stopped cleanly")
 

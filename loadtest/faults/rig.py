@@ -36,6 +36,7 @@ from loadtest.harness.observe import (
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 
 SAMPLE_EVERY_S = 0.5
+NOTE_RETRY_S = 60.0  # noting a fault asked again after a retriable Kafka error
 
 
 @dataclass
@@ -196,9 +197,20 @@ class Rig:
         the committed offset, so it adds its window and the records prepared since the last
         commit to the bound on repeated calls."""
         # The offsets first: a live pod may commit past records it prepares after the wait
-        # topic was read, never past one it has not prepared.
-        committed = await committed_offsets(self.bootstrap, self.group, self.topic)
-        wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
+        # topic was read, never past one it has not prepared. Asked again, both, after a
+        # retriable error: a node just back from a fault may refuse or reset a new connection
+        # for a moment after it is seen serving (two nodes down on the secured cluster).
+        deadline = time.monotonic() + NOTE_RETRY_S
+        while True:
+            try:
+                committed = await committed_offsets(self.bootstrap, self.group, self.topic)
+                wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
+                break
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                self.say(f"  noting the fault again after {exc!r}")
+                await asyncio.sleep(1.0)
         noted = AtTheKill(committed=committed, prepared=wait.seen, closed=wait.closed)
         self.kills.append(noted)
         return noted

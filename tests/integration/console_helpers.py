@@ -27,8 +27,9 @@ from dlq_helpers import read_records
 from pydantic import SecretStr
 
 from connectors.dlq_index import apply_index, index_row
-from dispatcher.console.app import Console, build_app
+from dispatcher.console.app import Console
 from dispatcher.console.sampler import WatchSettings
+from dispatcher.console.server import console_runner
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.kafka.config import KafkaClientSettings
@@ -161,7 +162,7 @@ async def serve_console(dlq: ConsoleDlq, ssl_context: ssl.SSLContext | None = No
                                 client_id="waitline-console-test").kafka()
     console = Console(config, dlq.dlq_topic, f"{dlq.group}.wait", [dlq.group], kafka,
                       Store(dlq.dsn), watch or WatchSettings())
-    runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=1)
+    runner = console_runner(console, shutdown_timeout=1)
     await runner.setup()
     await web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context).start()
     try:

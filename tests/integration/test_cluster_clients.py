@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,35 +28,16 @@ from dispatch_helpers import create_topic, read_dlq, read_topic, read_wait_topic
 from typer.testing import CliRunner
 
 from devstack.cluster import ClientAuth, ClusterConnection
-from devstack.postgres import PostgresService
 from dispatcher.cli import app
 from dispatcher.console.kafka_view import fetch_record, group_lag
 from dispatcher.kafka.clients import make_producer
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.preflight import bootstrap_addresses, run_check
-from dispatcher.ports import free_port
 from dispatcher.wire import Failure, SourceRecord, dlq_record, wait_id_for, wait_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.timeout(900)]
 
 TIMEOUT = Failure("TimeoutError", "no answer within 60 s")
-
-
-@pytest.fixture(scope="module")
-def registry_dsn() -> Iterator[str]:
-    """A PostgreSQL with the registry's schema, for the Spark job (the cluster's tests run in a
-    worker of their own, without the local stack)."""
-    home = Path(tempfile.mkdtemp(prefix="waitline-cluster-pg-"))
-    home.chmod(0o755)  # the server runs as `postgres` and must reach its folder
-    postgres = PostgresService(home / "postgres", free_port())
-    try:
-        postgres.start()
-        postgres.wait_healthy()
-        postgres.ensure_database()
-        yield postgres.dsn
-    finally:
-        postgres.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def only(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:

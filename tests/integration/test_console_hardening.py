@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -14,9 +15,16 @@ import psycopg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from console_helpers import OPERATOR_PASSWORD, OPERATOR_TOKEN, VIEWER_TOKEN, loopback_console
+from console_helpers import (
+    OPERATOR_PASSWORD,
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    free_port,
+    loopback_console,
+)
 
 from dispatcher.console.app import build_app
+from dispatcher.console.server import console_runner
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +158,48 @@ async def test_a_browsers_cached_basic_credentials_still_need_the_csrf_token(
     # A bearer token is never sent by a browser on its own: it needs no CSRF token.
     response = await client.post("/logout", headers=OPERATOR, allow_redirects=False)
     assert response.status == 303
+
+
+MALFORMED = [
+    b"HZ\x01 / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",                   # a method that is none
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header: x\r\n\r\n",       # a space in a name
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n",  # too long
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,   # TLS to the HTTP port
+]
+
+
+async def _raw_answer(host: str, port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)  # the error closes the connection
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+@pytest.mark.parametrize("request_bytes", MALFORMED, ids=[
+    "bad-method", "bad-header-name", "header-too-long", "two-lengths", "tls-hello"])
+async def test_a_request_the_parser_refuses_gets_no_server_version_and_the_headers(
+        pg_dsn: str, request_bytes: bytes) -> None:
+    """aiohttp answers what its parser refuses (400, 431) below every middleware and signal,
+    with its own `Server: Python/… aiohttp/…`; the console's runner answers it as every other
+    response: no version, the security headers. A real console on a real socket."""
+    console = loopback_console(pg_dsn)
+    runner = console_runner(console, shutdown_timeout=1)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        answer = await _raw_answer("127.0.0.1", port, request_bytes)
+    finally:
+        await runner.cleanup()
+    head, _, _ = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    assert re.match(r"HTTP/1\.[01] (400|413|431) ", status_line), answer[:300]
+    headers = dict(line.split(": ", 1) for line in lines)
+    _hardened(headers, status_line)
+    assert headers.get("Server") == "waitline-console", headers

@@ -14,7 +14,7 @@ import pytest
 
 from dispatcher.console.redrive import Redrive, RedriveLimits, RedriveManager
 from dispatcher.console.store import Store
-from dispatcher.console.targets import RedriveTargets
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.errors import ConfigError
 from dispatcher.kafka.config import KafkaClientSettings
 
@@ -100,7 +100,7 @@ def test_shutdown_never_waits_on_a_sleeping_redrive() -> None:
         loop = asyncio.get_running_loop()
         kafka = KafkaClientSettings(bootstrap_servers="127.0.0.1:9", client_id="t").kafka()
         manager = RedriveManager(kafka, UNUSED, RedriveLimits(),
-                                 RedriveTargets.of("payments.dlq", "payments.wait", ()))
+                                 ReplayTargets.of("payments.dlq", "payments.wait", ()))
         sleeping, paused = _redrive(SLOW), _redrive(1.0)
 
         async def replay(run: Redrive) -> None:  # what execute_replay asks of its control
@@ -127,7 +127,7 @@ def test_shutdown_never_waits_on_a_sleeping_redrive() -> None:
     ("orders-replay", True, None)])
 def test_a_redrive_writes_only_original_or_allowed_topics(
         topic: str, chosen: bool, why: str | None) -> None:
-    targets = RedriveTargets.of("payments.dlq", "payments.wait", ["orders-replay"])
+    targets = ReplayTargets.of("payments.dlq", "payments.wait", ["orders-replay"])
     refusal = targets.refusal(topic, chosen=chosen)
     assert (refusal is None) == (why is None)
     assert why is None or why in (refusal or "")
@@ -137,4 +137,4 @@ def test_a_redrive_writes_only_original_or_allowed_topics(
                                    "__consumer_offsets"])
 def test_an_allowlist_naming_a_topic_never_written_is_refused_at_start(topic: str) -> None:
     with pytest.raises(ConfigError, match="never writes there"):
-        RedriveTargets.of("payments.dlq", "payments.wait", ["orders", topic])
+        ReplayTargets.of("payments.dlq", "payments.wait", ["orders", topic])

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from connectors.cli import app as registry_app
 from dispatcher.cli import app as waitline_app
+from dispatcher.console.sampler import load_watch_settings
 from dispatcher.console.settings import load_console_settings
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import ConfigError
@@ -276,3 +277,31 @@ def test_a_secret_looking_value_or_an_argument_after_the_double_dash_is_not_a_fl
     assert secret_flag(["dlq", "list", "--exception", "TokenExpired"]) is None
     assert secret_flag(["loadtest", "run", "--", "--password", "x"]) is None
     assert secret_flag(["console", "--tls-key", "key.pem"]) is None
+
+
+def test_the_console_pod_status_urls_register_and_come_from_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod status URL may carry a password (a proxy's basic auth in its userinfo, which
+    aiohttp sends) or a token in its query: the pods page shows these URLs, so each registers."""
+    monkeypatch.setenv("WAITLINE_CONSOLE_POD_STATUS_URLS_FILE", secret_file(
+        tmp_path, "http://127.0.0.1:9100, http://ops:pod-pass-0123@10.0.0.6:9100/status?"
+                  "access_token=pod-token-0123"))
+    settings = load_watch_settings()
+    assert settings.urls == ["http://127.0.0.1:9100",
+                             "http://ops:pod-pass-0123@10.0.0.6:9100/status?"
+                             "access_token=pod-token-0123"]
+    assert_registered("pod-pass-0123", "pod-token-0123")
+
+
+def test_the_console_pod_status_urls_from_the_environment_register(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WAITLINE_CONSOLE_POD_STATUS_URLS",
+                       "http://ops:pod-pass-4567@10.0.0.6:9100")
+    assert load_watch_settings().urls == ["http://ops:pod-pass-4567@10.0.0.6:9100"]
+    assert_registered("pod-pass-4567")
+
+
+def test_a_bad_pod_status_url_is_named_without_its_credential() -> None:
+    with pytest.raises(ConfigError, match="WAITLINE_CONSOLE_POD_STATUS_URLS") as caught:
+        load_watch_settings(pod_status_urls="ftp://ops:pod-pass-8901@10.0.0.6:9100")
+    assert "pod-pass-8901" not in str(caught.value) and "10.0.0.6" in str(caught.value)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from tls_material import KEY_PASSWORD, Material, write_material
 
 from dispatcher.errors import ConfigError
 from dispatcher.kafka.config import KafkaConfig, KafkaSecurity
+from spark_jobs.config import parse_kafka_options
 from spark_jobs.kafka_options import (
     extra_kafka_options,
     jaas_config,
@@ -152,18 +154,11 @@ def test_kafka_options_that_add_or_repeat_are_accepted(
     (SECURED, {"kafka.sasl.mechanism": "PLAIN"},
      "--kafka-option kafka.sasl.mechanism=PLAIN contradicts "
      "WAITLINE_SASL_MECHANISM=SCRAM-SHA-512"),
-    (SECURED, {"kafka.sasl.jaas.config": f'{SCRAM} required username="x" password="secret";'},
-     "--kafka-option kafka.sasl.jaas.config contradicts WAITLINE_SASL_MECHANISM / "
-     "WAITLINE_SASL_USERNAME / WAITLINE_SASL_PASSWORD"),
     (KafkaConfig(BOOTSTRAP, "test"), {"kafka.security.protocol": "SASL_SSL"},
      "contradicts WAITLINE_SECURITY_PROTOCOL=PLAINTEXT"),
-    (KafkaConfig(BOOTSTRAP, "test"), {"kafka.sasl.jaas.config": "x password=secret;"},
-     "which leave it unset"),
     (SECURED, {"kafka.ssl.truststore.location": "/etc/trust.jks"},
      "--kafka-option kafka.ssl.truststore.location=/etc/trust.jks contradicts "
      "WAITLINE_SSL_CAFILE / WAITLINE_SSL_CA_PEM"),
-    (SECURED, {"kafka.ssl.key.password": "secret"},
-     "--kafka-option kafka.ssl.key.password contradicts WAITLINE_SSL_CERTFILE"),
     (SECURED, {"kafka.ssl.endpoint.identification.algorithm": ""},
      "contradicts WAITLINE_SSL_CHECK_HOSTNAME=true"),
 ])
@@ -222,3 +217,71 @@ def test_a_spark_failure_is_a_kafka_refusal_only_when_its_cause_says_so(
     from spark_jobs.kafka_options import kafka_refusal
 
     assert kafka_refusal(failure, SECURED) == line
+
+
+# --- a secret is never a --kafka-option --------------------------------------------------------
+
+PASSWORD = "hunter2-kafka-0123"
+
+
+@pytest.mark.parametrize(("option", "variable"), [
+    (f'kafka.sasl.jaas.config={SCRAM} required username="waitline" password="{PASSWORD}";',
+     "WAITLINE_SASL_PASSWORD"),
+    (f"kafka.ssl.keystore.password={PASSWORD}", "WAITLINE_SSL_KEY_PASSWORD"),
+    (f"kafka.ssl.key.password={PASSWORD}", "WAITLINE_SSL_KEY_PASSWORD"),
+    (f"kafka.ssl.keystore.key={PASSWORD}", "WAITLINE_SSL_KEYFILE"),
+    (f"kafka.ssl.truststore.password={PASSWORD}", "WAITLINE_SSL_CAFILE"),
+    (f"ssl.truststore.password={PASSWORD}", "WAITLINE_SSL_CAFILE"),  # the prefix forgotten
+    (f"kafka.sasl.oauthbearer.client.credentials.client.secret={PASSWORD}",
+     "docs/OPERATIONS.md"),
+    (f"kafka.listener.name.x.scram-sha-256.sasl.jaas.config=m required password={PASSWORD};",
+     "WAITLINE_SASL_PASSWORD"),
+    (f"kafka.sasl.login.class=m password={PASSWORD}", "docs/OPERATIONS.md"),  # in the value
+])
+def test_a_kafka_option_carrying_a_secret_is_refused_naming_the_variable(
+        option: str, variable: str) -> None:
+    """Even one that says what the WAITLINE_* variables say (it used to be dropped as
+    redundant, after it had stood on the command line): one line, the value not in it."""
+    with pytest.raises(ConfigError) as caught:
+        parse_kafka_options([option])
+    message = str(caught.value)
+    assert message.startswith(f"--kafka-option {option.partition('=')[0]} carries ")
+    assert variable in message and "command line" in message
+    assert PASSWORD not in message and "\n" not in message
+
+
+def test_the_jaas_line_the_variables_make_is_refused_as_an_option_too() -> None:
+    given = {"kafka.sasl.jaas.config": spark_kafka_options(SECURED)["kafka.sasl.jaas.config"]}
+    with pytest.raises(ConfigError, match="WAITLINE_SASL_PASSWORD"):
+        parse_kafka_options(given)
+
+
+@pytest.mark.parametrize("option", ["kafka.ssl.truststore.type=PEM",
+                                    "kafka.ssl.keystore.location=/etc/ks.p12",
+                                    "kafka.sasl.login.refresh.window.factor=0.8",
+                                    "kafka.client.dns.lookup=use_all_dns_ips"])
+def test_a_kafka_option_without_a_secret_is_parsed(option: str) -> None:
+    name, _, value = option.partition("=")
+    assert parse_kafka_options([option]) == {name: value}
+
+
+def test_waitline_reconcile_refuses_a_secret_option_with_one_line_and_exit_2(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before anything is read or reached (no broker, no PostgreSQL, no Spark)."""
+    from typer.testing import CliRunner
+
+    from dispatcher.cli import app
+
+    for name in [n for n in os.environ if n.startswith("WAITLINE_")]:
+        monkeypatch.delenv(name)
+    result = CliRunner().invoke(app, [
+        "reconcile", "--group", "billing", "--bootstrap-servers", "127.0.0.1:9",
+        "--dsn", "postgresql://127.0.0.1:9/waitline",
+        "--kafka-option", f"kafka.ssl.keystore.password={PASSWORD}"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["error: --kafka-option kafka.ssl.keystore.password carries a password: a "
+                     "command line shows in `ps` and shell history; give it in "
+                     "WAITLINE_SSL_KEY_PASSWORD or WAITLINE_SSL_KEY_PASSWORD_FILE"
+                     " (with WAITLINE_SSL_CERTFILE and WAITLINE_SSL_KEYFILE)"], lines
+    assert PASSWORD not in result.output
