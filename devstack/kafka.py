@@ -148,7 +148,7 @@ class KafkaService:
         self._pid_path.write_text(str(process.pid))
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        pid = self.pid()
+        pid = self._live_pid()
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGCONT)  # a frozen broker could not shut down
@@ -158,7 +158,7 @@ class KafkaService:
 
     def kill(self) -> None:
         """SIGKILL, for crash tests."""
-        pid = self.pid()
+        pid = self._live_pid()
         if pid is not None:
             terminate(pid, 0)
         self._reap()
@@ -177,6 +177,14 @@ class KafkaService:
             raise StackError(f"{self.name} is not running (no process under {self.home})")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signum)
+
+    def _live_pid(self) -> int | None:
+        """The broker's PID: the process this object started while it runs (a read of /proc
+        can miss a live process, and stop() would then wait on one it never signalled), else
+        the PID file's when its process is the broker."""
+        if self._process is not None and self._process.poll() is None:
+            return self._process.pid
+        return self.pid()
 
     def _reap(self) -> None:
         if self._process is not None:

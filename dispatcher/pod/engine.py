@@ -6,8 +6,9 @@ each record walks its path, prepare → call → settle → tombstone, in `lifec
 Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
 few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
 record (`Window`, `window.py`). While the pod's own event loop lags, the loop guard caps the
-window below N (`LoopWatch`). A full window pauses the partitions (a rebalance may add one
-poll's worth); the poll loop keeps calling `getmany`, so the consumer stays in its group.
+window below N (`LoopWatch`). A full window fetches nothing; every KEEP_IN_GROUP_S it pauses
+the partitions and calls `getmany`, so the consumer stays in its group (a rebalance may add one
+poll's worth).
 
 Rebalance (the engine is the consumer's rebalance listener): revoke waits (at most half the
 rebalance timeout) for the revoked partitions' prepares, commits and forgets them; records
@@ -65,6 +66,10 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
+# A full window polls (its partitions paused) only this often: enough to stay in the group
+# (aiokafka leaves it after max.poll.interval.ms, 300 s, without a `getmany`), and rarely,
+# since that poll drops every paused partition's prefetched records, to be fetched again.
+KEEP_IN_GROUP_S = 10.0
 REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
 FINAL_COMMIT_TRIES = 5
 FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is tried again
@@ -99,6 +104,7 @@ class AtLeastOnceEngine:
         self._joined = False
         self._owner_generation: int | None = None  # the group generation of our assignment
         self._next_partition = 0  # where the next fair fetch starts
+        self._polled_at = float("-inf")  # when `getmany` last ran (the group's liveness)
         self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
             window.ordering)
         self._path = RecordPath(writer=writer, counterparty=counterparty, topics=topics,
@@ -221,23 +227,28 @@ class AtLeastOnceEngine:
             self._adaptive.used(self._held.calls.running + self._held.calls.waiting)
         free = self._held.room()
         if free <= 0:
-            if not await self._held.freed(FULL_WINDOW_WAIT_S):
+            # Woken every FULL_WINDOW_WAIT_S to see the window's size again (the loop guard's
+            # cap lifts with no slot freed); fetches on the next turn once there is room.
+            if (not await self._held.freed(FULL_WINDOW_WAIT_S)
+                    and monotonic_s() - self._polled_at >= KEEP_IN_GROUP_S):
                 await self._poll_while_full()
-            # A slot freed quickly: fetch on the next turn, unpaused (aiokafka drops a paused
-            # partition's prefetched records: a fetch round trip per record at steady state).
             return
         paused = self._consumer.paused()
         if paused:
             self._consumer.resume(*paused)
         self._next_partition += 1
+        self._polled_at = monotonic_s()
         for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
                                                POLL_TIMEOUT_MS)).items():
             self._start_all(partition_key(tp), records)
 
     async def _poll_while_full(self) -> None:
-        """The window stayed full: pause fetching, but keep polling so we stay in the group.
-        Records of partitions a rebalance just assigned (not paused) are started, not dropped:
-        the window overshoots by at most one poll's worth, once per rebalance."""
+        """The window stayed full for KEEP_IN_GROUP_S: poll with fetching paused, so we stay in
+        the group. Until then nothing is paused nor polled: aiokafka keeps one fetch's records
+        per partition and fetches no more for it, and drops a paused partition's when a poll
+        passes it. Records of partitions a rebalance just assigned (not paused) are started,
+        not dropped: the window overshoots by at most one poll's worth, once per rebalance."""
+        self._polled_at = monotonic_s()
         self._consumer.pause(*self._consumer.assignment())
         batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
