@@ -155,7 +155,10 @@ def engine_ends(log: RunLog) -> list[str]:
 
 
 def finished(log: RunLog) -> list[str]:
-    """Liveness: with a pod running long enough, every input record gets committed."""
+    """Liveness: with a pod running long enough, every input record gets committed, and the
+    run ends (a task waiting for ever holds it past its bound)."""
+    if log.hung_at is not None:
+        return [f"the run never ended: still going at {log.hung_at:.1f} s (virtual), its bound"]
     if log.finished or log.fatal_injected:
         return []
     committed = {str(tp): log.cluster.committed.get(tp) for tp in log.cluster.partitions(INPUT)}
@@ -444,8 +447,13 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
                     # unless what it repeats was a zombie's call too: then that zombie's
                     # (`sweep.py --faults --seed 626`: a call still running when its pod was
                     # fenced later repeated an earlier zombie's call)
-                    zombie = (_zombie_call(log, call)
-                              and not (last is not None and _zombie_call(log, last)))
+                    # and unless what it repeats ran before the zombie was fenced: then the
+                    # zombie, still the owner, called again what an earlier owner left
+                    # (`sweep.py --faults --seed 185`: a pod fenced as it took over a killed
+                    # pod's partition repeated the dead pod's calls)
+                    zombie = (_zombie_call(log, call) and last is not None
+                              and not _zombie_call(log, last)
+                              and _since_its_fence(log, call, last))
                     repeated[owner if zombie else owners[-1]].append(wid)
                 owners.append(owner)
             last = call
@@ -535,10 +543,22 @@ def key_order(log: RunLog) -> list[str]:
 
 def _zombie_call(log: RunLog, call: Call) -> bool:
     """A call its pod ran (or started) while the group had fenced it and it did not know."""
+    return _fenced_at(log, call) is not None
+
+
+def _fenced_at(log: RunLog, call: Call) -> float | None:
+    """When the fence that makes `call` a zombie's call began; None for a call of its own."""
     fences = next((p.fences for p in log.pods if p.name == call.pod), [])
     ended = log.end_s if call.ended is None else call.ended
-    return any(ended > fenced_at and (noticed is None or call.started <= noticed)
-               for fenced_at, noticed in fences)
+    return next((fenced_at for fenced_at, noticed in fences
+                 if ended > fenced_at and (noticed is None or call.started <= noticed)), None)
+
+
+def _since_its_fence(log: RunLog, zombie: Call, earlier: Call) -> bool:
+    """Whether `earlier` started after the fence that makes `zombie` a zombie's call began:
+    the call of a later owner, which the zombie repeats."""
+    fenced_at = _fenced_at(log, zombie)
+    return fenced_at is not None and earlier.started >= fenced_at
 
 
 def _lanes_in_offset_order(log: RunLog, mode: OrderingMode) -> list[str]:

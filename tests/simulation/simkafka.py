@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.errors import (
@@ -259,14 +259,37 @@ class SimConsumer:
         self._positions: dict[TopicPartition, int] = {}
         self._rebalancing = False
         self._generation: int | None = None
+        self._callbacks: set[asyncio.Future[None]] = set()
         self.dead = False
+
+    def die(self) -> None:
+        """kill -9 of its process: the group's callbacks running in it end with it (a real
+        client runs them in its own coordinator task; the group never waits for them)."""
+        self.dead = True
+        for callback in self._callbacks:
+            callback.cancel()
+
+    async def _in_process(self, callback: Coroutine[object, object, None]) -> None:
+        """Run a rebalance callback as the client's process would: cut off by `die`, when
+        the group's wait for it ends there."""
+        task = asyncio.ensure_future(callback)
+        self._callbacks.add(task)
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()  # the group gave up on it (its own wait cancelled)
+            raise
+        finally:
+            self._callbacks.discard(task)
+        if not (task.cancelled() and self.dead):
+            task.result()
 
     # what the group tells it
 
     async def tell_revoked(self, revoked: list[TopicPartition]) -> None:
         self._rebalancing = True
         if self._handler is not None and not self.dead:
-            await self._handler.on_revoked(revoked)
+            await self._in_process(self._handler.on_revoked(revoked))
         self._assignment = set()
         self._paused = set()
 
@@ -292,7 +315,7 @@ class SimConsumer:
 
     async def tell_assigned(self) -> None:
         if self._handler is not None and not self.dead:
-            await self._handler.on_assigned(sorted(self._assignment))
+            await self._in_process(self._handler.on_assigned(sorted(self._assignment)))
         self._rebalancing = False
 
     # the seam

@@ -360,6 +360,7 @@ class RunLog:
     warnings: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # every log line the engine's loggers let out
     finished: bool = False
+    hung_at: float | None = None  # when the run's bound ended a run that never ended itself
     fatal_injected: bool = False
     end_s: float = 0.0
 
@@ -638,7 +639,7 @@ class World:
         for pod in workers:
             pod.alive = False
             pod.killed_at = self.now
-            pod.consumer.dead = True
+            pod.consumer.die()
         for call in self.log.calls:  # the dead pod's calls end with it
             if (any(call.pod == pod.name for pod in workers)
                     and (call.ended is None or call.ended > self.now)):
@@ -780,27 +781,33 @@ class World:
         self._counterparty = web.Server(self._serve, handler_cancellation=True)
         producer = asyncio.create_task(self.produce(), name="producer")
         sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
+        bound = asyncio.timeout(self._run_limit_s())
         try:
-            await self.start_pod("a")
-            if scenario.script is not None:
-                await scenario.script(self)
-            started = self.now
-            for at, what in scenario.events:
-                await asyncio.sleep(max(0.0, started + at - self.now))
-                await self.event(what)
-                if self.log.fatal_injected and any(p.error for p in self.log.pods):
-                    break
-            await producer
-            self.log.finished = await self._until_all_committed(limit_s=self._budget_s())
-            for name in sorted(self._live):
-                await self.sigterm(name)
+            async with bound:
+                await self.start_pod("a")
+                if scenario.script is not None:
+                    await scenario.script(self)
+                started = self.now
+                for at, what in scenario.events:
+                    await asyncio.sleep(max(0.0, started + at - self.now))
+                    await self.event(what)
+                    if self.log.fatal_injected and any(p.error for p in self.log.pods):
+                        break
+                await producer
+                self.log.finished = await self._until_all_committed(limit_s=self._budget_s())
+                for name in sorted(self._live):
+                    await self.sigterm(name)
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            self.log.hung_at = self.now  # the oracle reports it
         finally:
             producer.cancel()
             sweeper.cancel()
             for pod in self.log.pods:
                 if pod.task is not None and not pod.task.done():
                     pod.alive = False
-                    pod.consumer.dead = True
+                    pod.consumer.die()
                     while not pod.task.done():
                         pod.task.cancel()
                         await asyncio.wait([pod.task], timeout=1.0)
@@ -813,6 +820,16 @@ class World:
         self.sweep()  # what stays open expires
         self.log.end_s = self.now
         return self.log
+
+    def _run_limit_s(self) -> float:
+        """The virtual time a whole run may take: twice its events, its budget to commit, its
+        pods' drains and a wait's expiration. A run still going then waits for something that
+        never comes (found by `sweep.py --faults --seed 11`, which polled on for ever)."""
+        events_s = max((at for at, _what in self.scenario.events), default=0.0)
+        window = self.settings.window()
+        return 2 * (events_s + self.scenario.produce_over_s + self._budget_s()
+                    + window.drain_grace_s + window.rebalance_timeout_s
+                    + self.settings.wait_expiration)
 
     def _budget_s(self) -> float:
         rate = self.settings.rate()
