@@ -52,9 +52,9 @@ class CommitWatch:
         options = client_options(self.bootstrap, "waitline-chaos")
         admin = AIOKafkaAdminClient(**options)
         consumer = AIOKafkaConsumer(**options, enable_auto_commit=False)
-        await admin.start()
-        await consumer.start()
         try:
+            await admin.start()
+            await consumer.start()
             while True:
                 with contextlib.suppress(KafkaError, OSError, asyncio.TimeoutError):
                     async with asyncio.timeout(5):
@@ -110,28 +110,62 @@ class Rig:
         self._mock_starts = 0
         self._calls: Counter[str] = Counter()  # of mock processes already stopped
         self._session = aiohttp.ClientSession()
-        self._watch_task: asyncio.Task[None] | None = None
+        # What this rig starts, ended on every way out (an exception, a cancellation such as
+        # pytest-timeout's, a failed start), each step even when one before it fails: first
+        # the processes, in reverse order and before anything is awaited (so a coroutine
+        # closed without running on still stops them), then the tasks and the HTTP session.
+        self._processes = contextlib.ExitStack()
+        self._tasks = contextlib.AsyncExitStack()
+        self._tasks.push_async_callback(self._session.close)
 
     async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.work_dir.mkdir, parents=True, exist_ok=True)
-        await self.start_mock()
+        try:
+            await asyncio.to_thread(self.work_dir.mkdir, parents=True, exist_ok=True)
+            await self.start_mock()
+        except BaseException as exc:
+            await self._end(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        for pod in self.pods.values():
-            pod.kill()
-            pod.wait()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-        if self._mock is not None:
-            stop(self._mock)
-        await self._session.close()
+        await self._end(exc_type, exc, tb)
+
+    async def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                   tb: TracebackType | None) -> None:
+        try:
+            self._processes.__exit__(exc_type, exc, tb)
+        finally:
+            await self._tasks.__aexit__(exc_type, exc, tb)
+
+    def spawn(self, args: list[str], log: Path, stop_timeout_s: float = 20.0,
+              ) -> subprocess.Popen[bytes]:
+        """`waitline <args>` as a process of this rig: stopped (SIGTERM, then SIGKILL after
+        `stop_timeout_s`) when the rig ends, if it still runs."""
+        process = spawn(args, log)
+        self._processes.callback(stop, process, stop_timeout_s)
+        return process
 
     def watch_commits(self) -> None:
-        self._watch_task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
+        """Sample the group's commits until the rig ends. A watch that failed (Kafka not
+        answering as it started) fails a scenario that otherwise ended well, since its figures
+        would be missing; under a scenario's own error it is only said."""
+        task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
+
+        async def end(exc_type: type[BaseException] | None, exc: BaseException | None,
+                      tb: TracebackType | None) -> None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception as failed:
+                if exc is None:
+                    raise HarnessError(f"{self.tag}: the commit watch failed: {failed!r}") \
+                        from failed
+                self.say(f"  (the commit watch had failed too: {failed!r})")
+
+        self._tasks.push_async_exit(end)
 
     def _calls_file(self) -> Path:
         """Where the current counterparty process writes its final calls per key."""
@@ -140,9 +174,9 @@ class Rig:
     async def start_mock(self) -> None:
         self._mock_starts += 1
         log = self.work_dir / f"{self.tag}-mock{self._mock_starts}.log"
-        self._mock = spawn(["loadtest", "counterparty", "--model", self.model, "--port",
-                            str(self.mock_port), "--record-keys", "--calls-file",
-                            str(self._calls_file())], log)
+        self._mock = self.spawn(["loadtest", "counterparty", "--model", self.model, "--port",
+                                 str(self.mock_port), "--record-keys", "--calls-file",
+                                 str(self._calls_file())], log)
         await wait_http(self._session, f"{self.mock_url}stats", self._mock, log)
 
     async def stop_mock(self) -> None:
@@ -174,7 +208,8 @@ class Rig:
         argv = ["dispatch", "--input-topic", self.topic, "--group", self.group,
                 "--counterparty-url", self.mock_url, "--bootstrap-servers", self.bootstrap,
                 "--commit-interval", "500ms", *flags]
-        self.pods[name] = spawn(argv, self.work_dir / f"{self.tag}-{name}.log")
+        pod = self.pods[name] = spawn(argv, self.work_dir / f"{self.tag}-{name}.log")
+        self._processes.callback(_killed, pod)
 
     def check_pods_alive(self) -> None:
         for name, pod in self.pods.items():
@@ -262,3 +297,10 @@ class Rig:
             dlq=await read_dlq_exceptions(self.bootstrap, f"{self.group}.dlq", self.group),
             open_at_end=(await read_wait_topic(self.bootstrap, f"{self.group}.wait")).open)
         return len(inputs), account(observed, allowed)
+
+
+def _killed(process: subprocess.Popen[bytes]) -> None:
+    """kill -9 unless it has exited, and reap it."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()
