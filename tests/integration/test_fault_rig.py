@@ -1,8 +1,8 @@
 """The fault rig's clean-up (loadtest/faults/rig.py): a scenario that ends early, by its own
 error or cancelled (as pytest-timeout ends one), leaves none of the rig's processes running.
 No Kafka: the rig's bootstrap points at a port where nothing listens, so its pod and its commit
-watch fail as they would against a dead cluster; the mock counterparty is real. A few seconds
-(two `waitline` processes started)."""
+watch fail as they would against a dead cluster; the mock counterparty is real. Two `waitline`
+processes started: 14-20 s on the shared machine (2026-11-27)."""
 
 from __future__ import annotations
 
