@@ -36,6 +36,7 @@ from loadtest.harness.observe import (
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 
 SAMPLE_EVERY_S = 0.5
+_UNANSWERED = (KafkaError, OSError, asyncio.TimeoutError)  # a question Kafka did not answer
 NOTE_RETRY_S = 60.0  # noting a fault asked again after a retriable Kafka error
 
 
@@ -55,15 +56,19 @@ class CommitWatch:
         try:
             await admin.start()
             await consumer.start()
+            end = 0  # as last read: it only grows, so an old one understates what is uncommitted
             while True:
-                with contextlib.suppress(KafkaError, OSError, asyncio.TimeoutError):
+                with contextlib.suppress(*_UNANSWERED):
                     async with asyncio.timeout(5):
                         offsets = await admin.list_consumer_group_offsets(self.group)
-                        ours = {tp: meta for tp, meta in offsets.items() if tp.topic == self.topic}
-                        ends = await consumer.end_offsets(list(ours)) if ours else {}
-                        self.samples.append((time.monotonic(),
-                                             sum(max(m.offset, 0) for m in ours.values()),
-                                             sum(ends.values())))
+                    ours = [tp for tp in offsets if tp.topic == self.topic]
+                    committed, at = sum(max(offsets[tp].offset, 0) for tp in ours), time.monotonic()
+                    # Read apart: a partition whose leader is down (or cannot be replaced, with
+                    # two of three nodes down) has no end to read while the coordinator answers.
+                    with contextlib.suppress(*_UNANSWERED):
+                        async with asyncio.timeout(5):
+                            end = sum((await consumer.end_offsets(ours)).values()) if ours else 0
+                    self.samples.append((at, committed, end))
                 await asyncio.sleep(SAMPLE_EVERY_S)
         finally:
             await consumer.stop()
@@ -106,6 +111,7 @@ class Rig:
         self.kills: list[AtTheKill] = []
         self.pods: dict[str, subprocess.Popen[bytes]] = {}
         self.exits: dict[str, int] = {}  # pod name -> exit code, for pods stopped or dead
+        self.problems: list[str] = []  # what a fault saw the pod do wrong, besides the account
         self._mock: subprocess.Popen[bytes] | None = None
         self._mock_starts = 0
         self._calls: Counter[str] = Counter()  # of mock processes already stopped
@@ -233,8 +239,8 @@ class Rig:
         commit to the bound on repeated calls."""
         # The offsets first: a live pod may commit past records it prepares after the wait
         # topic was read, never past one it has not prepared. Asked again, both, after a
-        # retriable error: a node just back from a fault may refuse or reset a new connection
-        # for a moment after it is seen serving (two nodes down on the secured cluster).
+        # retriable error: just after a fault a leader or the group's coordinator may still be
+        # moving (the cluster moves leaders back to nodes that return).
         deadline = time.monotonic() + NOTE_RETRY_S
         while True:
             try:
