@@ -493,6 +493,10 @@ class SimWriter:
 
     async def write(self, topic: str, record: OutgoingRecord,
                     partition: int | None = None) -> int:
+        if not self._alive():  # asked after the kill -9 (the engine's cancelled stop): a dead
+            # process sends nothing, so this write can never land (`lands_after_kill` is for
+            # a write sent before the kill)
+            await _forever()
         size = len(record.key or b"") + len(record.value or b"") + sum(
             len(n) + len(v or b"") for n, v in record.headers)
         if size > self._cluster.limits[topic]:
