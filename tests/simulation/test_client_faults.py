@@ -8,6 +8,7 @@ import contextlib
 import random
 
 import looptime
+import oracle
 import pytest
 import world
 from cases import MID_READ_CALLS, fetch_failing_mid_read
@@ -175,3 +176,33 @@ def test_a_write_the_killed_pod_starts_after_the_kill_never_lands() -> None:
         assert loop.run_until_complete(scenario()) == []
     finally:
         loop.close()
+
+
+def test_a_prepare_landing_after_its_pods_kill_may_reopen_a_closed_row_to_expire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DESIGN.md's "what is left" of late prepares: a pod killed before the withdrawal of its
+    late prepare leaves the row that prepare reopened to expire (a duplicate DLQ record, never
+    a loss). `sweep.py --seed 1429`: the prepare, sent before the kill -9, landed after it and
+    after the next owner's tombstone; the oracle called it a pod that never closed its row."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(1429)
+    killed = {p.name: p.killed_at for p in log.pods if p.killed_at is not None}
+    late = [r for r in log.cluster.records(log.topics.wait_topic)
+            if r.written_by in killed and r.value is not None
+            and r.written_at > (killed[r.written_by] or 0.0)]
+    assert late, "no prepare lands after its pod's kill any more"
+    assert check(log) == []
+
+
+def test_the_batch_baselines_batch_fetched_before_a_rebalance_is_that_ownerships(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch baseline does not commit a batch for a partition revoked since it was
+    fetched (`batch.py`); a batch fetched just before a rebalance and called just after it is
+    repeated by the next owner. `sweep.py --seed 1260`: the oracle charged that repeat to the
+    new, cleanly ended ownership the call started in, not the one the batch was fetched in."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(1260)
+    assert log.settings.mode.value == "batch", "the seed no longer draws the batch baseline"
+    assert any(oracle.fetched_in(log, c) < c.generation for c in log.calls), (
+        "no batch is called in a later generation than it was fetched in any more")
+    assert check(log) == []
