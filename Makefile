@@ -4,7 +4,7 @@ VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: setup test test-unit simulate mutants lint demo bench bench-guard chaos up down status clean
+.PHONY: setup test test-extended test-unit simulate mutants lint demo bench bench-guard chaos chaos-cluster up down status clean
 
 setup:
 	@bash compose/local/setup.sh
@@ -14,6 +14,11 @@ setup:
 TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/pytest -n $(TEST_WORKERS) --dist loadgroup
+
+# What make test leaves out for time (marker `extended`: the cluster's fault scenarios, mTLS
+# variants, the broker controls, a second cluster from nothing), with the same two workers.
+test-extended: setup
+	$(VENV)/pytest -n $(TEST_WORKERS) --dist loadgroup --extended -m extended
 
 test-unit: setup
 	$(VENV)/pytest -m unit
@@ -42,9 +47,16 @@ demo: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest demo
 
+# The fault suite on the single broker, then the broker faults on the secured cluster.
 chaos: setup
 	$(VENV)/waitline dev up
 	$(VENV)/waitline loadtest chaos --scale full --out docs/RELIABILITY.md
+	$(MAKE) chaos-cluster
+
+# The broker faults on the secured three-node cluster (docs/RELIABILITY.md, "Cluster"): the test
+# session starts its own cluster; each scenario prints its row of the table (~50 min).
+chaos-cluster: setup
+	$(VENV)/pytest --extended -m chaos -s tests/integration/test_cluster_faults.py
 
 # The cost guard's base (make bench ends with it; make bench-guard runs it alone): a revision;
 # empty: the newest release tag, else the one loadtest/bench/guard.py records.

@@ -6,7 +6,6 @@ missing DSN, an unreachable database or a missing schema prints one line and exi
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import psycopg
@@ -20,13 +19,13 @@ from connectors.registry import (
     RegistryReader,
     TopicStats,
     WaitSummary,
-    format_age,
 )
 from dispatcher.dsn import describe_dsn, first_line
-from dispatcher.durations import parse_duration_s
+from dispatcher.durations import format_age, parse_duration_s
 from dispatcher.endpoints import resolve_pg_dsn
 from dispatcher.errors import RegistryError, WaitlineError
 from dispatcher.logs import configure_logging
+from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 from dispatcher.previews import preview_bytes
 from dispatcher.wire import encode_original_key, format_expiration
 
@@ -48,7 +47,6 @@ DsnOption = Annotated[
     typer.Option("--dsn", help="PostgreSQL DSN (default: WAITLINE_PG_DSN, then `waitline dev`)."),
 ]
 WaitTopicOption = Annotated[str | None, typer.Option("--wait-topic", help="Only this wait topic.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _fail(exc: WaitlineError) -> typer.Exit:
@@ -56,17 +54,18 @@ def _fail(exc: WaitlineError) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command(epilog="Example: waitline registry stats --json")
+@app.command(epilog="Example: waitline registry stats --output json")
 def stats(
-    dsn: DsnOption = None, wait_topic: WaitTopicOption = None, as_json: JsonOption = False
+    dsn: DsnOption = None, wait_topic: WaitTopicOption = None,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Wait rows per topic: open by age, expired, sent, parked, rejected, non-derived ids."""
     try:
         rows = RegistryReader(resolve_pg_dsn(dsn)).topic_stats(wait_topic=wait_topic)
     except WaitlineError as exc:
         raise _fail(exc) from exc
-    if as_json:
-        typer.echo(json.dumps([_stats_json(row) for row in rows], indent=2))
+    if output is OutputFormat.JSON:  # one object per wait topic
+        echo_json_lines(_stats_json(row) for row in rows)
         return
     if not rows:
         _console().print("no wait rows")
@@ -106,7 +105,7 @@ def list_waits(
     dsn: DsnOption = None,
     wait_topic: WaitTopicOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
-    as_json: JsonOption = False,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Wait rows: id, original coordinates, key preview, age and expiry."""
     if expired == (older_than is not None):
@@ -122,8 +121,8 @@ def list_waits(
             rows = reader.list_expired(wait_topic=wait_topic, limit=limit)
     except WaitlineError as exc:
         raise _fail(exc) from exc
-    if as_json:
-        typer.echo(json.dumps([_summary_json(row) for row in rows], indent=2))
+    if output is OutputFormat.JSON:  # one object per row
+        echo_json_lines(_summary_json(row) for row in rows)
         return
     if not rows:
         _console().print("no matching wait rows")

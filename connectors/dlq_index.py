@@ -21,6 +21,7 @@ import psycopg
 
 from dispatcher.dlq.records import DlqCoordinates, DlqRecord
 from dispatcher.previews import preview_bytes
+from dispatcher.secrets import mask_then_cut
 
 KEY_PREVIEW_CHARS = 120
 VALUE_PREVIEW_CHARS = 200
@@ -111,7 +112,7 @@ def index_row(dlq_topic: str, partition: int, offset: int, timestamp_ms: int, *,
             key if key is not None and len(key) <= MAX_INDEXED_KEY_BYTES else None, None,
             preview_bytes(key, KEY_PREVIEW_CHARS), preview_bytes(value, VALUE_PREVIEW_CHARS),
             None if key is None else len(key), None if value is None else len(value),
-            headers_bytes, _text(record.problem or "malformed")[:MESSAGE_CHARS],
+            headers_bytes, mask_then_cut(_text(record.problem or "malformed"), MESSAGE_CHARS),
         )  # fmt: skip
     source = entry.source
     original_key = source.key if key is None else key
@@ -119,7 +120,8 @@ def index_row(dlq_topic: str, partition: int, offset: int, timestamp_ms: int, *,
         source.value, VALUE_PREVIEW_CHARS)
     return DlqIndexRow(
         dlq_topic, partition, offset, at, _text(entry.failure.exception),
-        _text(entry.failure.message)[:MESSAGE_CHARS], _text(source.topic), source.partition,
+        mask_then_cut(_text(entry.failure.message), MESSAGE_CHARS), _text(source.topic),
+        source.partition,
         source.offset,
         (original_key if original_key is not None
          and len(original_key) <= MAX_INDEXED_KEY_BYTES else None),

@@ -254,15 +254,3 @@ def _describe(exc: DBAPIError, dsn: str) -> str:
     if isinstance(exc.orig, psycopg.OperationalError):
         return f"cannot reach PostgreSQL at {target}: {cause}"
     return f"registry query failed on {target}: {cause}"
-
-
-def format_age(seconds: float) -> str:
-    """A compact human duration: `42s`, `3m12s`, `5h03m`, `2d04h`."""
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"

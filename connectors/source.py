@@ -30,6 +30,9 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import kwargs_row
 
 from dispatcher.errors import ProduceError, RegistryError
+from dispatcher.kafka.clients import make_producer
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.secrets import mask_then_cut
 from dispatcher.wire import (
     Failure,
     Headers,
@@ -44,10 +47,6 @@ from dispatcher.wire import (
 
 EXPIRED_EXCEPTION = "ExpiredRecordException"
 """The DLQ `Exception` header of a record whose wait expired without an outcome."""
-
-DLQ_MAX_REQUEST_BYTES = 8 * 1024 * 1024
-"""The DLQ producers' `max.request.size`: the `max.message.bytes` of the topics the pod creates
-(dispatcher.pod.settings.MAX_RECORD_BYTES), instead of the clients' 1 MiB default."""
 
 # Kafka's errors (Java and aiokafka names) for a record refused for itself, not for the moment.
 _REFUSED = re.compile(
@@ -175,7 +174,7 @@ def refusal_reason(error_text: str) -> str | None:
     """Kafka's reason for refusing a record for itself (too large, invalid), found in an error's
     text (a Spark job failure quotes the producer's exception); None for any other error."""
     found = _REFUSED.search(error_text)
-    return None if found is None else found.group(0).strip()[:_MAX_REASON_CHARS]
+    return None if found is None else mask_then_cut(found.group(0).strip(), _MAX_REASON_CHARS)
 
 
 def mark_parked(conn: psycopg.Connection, parked: list[tuple[ExpiredWait, str]]) -> None:
@@ -195,7 +194,7 @@ def mark_parked(conn: psycopg.Connection, parked: list[tuple[ExpiredWait, str]])
 
 
 async def expire_once(
-    dsn: str, bootstrap_servers: str, *, wait_topic: str, batch_size: int = 1000
+    dsn: str, kafka: KafkaConfig, *, wait_topic: str, batch_size: int = 1000
 ) -> int:
     """Send every expired, unsent row of `wait_topic` to its DLQ, then its tombstone to
     `wait_topic`; returns DLQ records sent.
@@ -204,12 +203,7 @@ async def expire_once(
     until a round claims nothing. Kafka failures raise ProduceError, PostgreSQL failures
     RegistryError; the rows of the failed round stay unsent.
     """
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers,
-        acks="all",
-        enable_idempotence=True,
-        max_request_size=DLQ_MAX_REQUEST_BYTES,
-    )
+    producer = make_producer(kafka)  # durable_writes(), as every writer of Waitline
     try:
         await producer.start()
         # Blocking psycopg calls run in a worker thread, one at a time, never concurrently.

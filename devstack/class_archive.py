@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -38,6 +40,7 @@ from typing import Any
 from pyspark import SparkContext
 
 from connectors.rows import plan_batch
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.wire.encode import tombstone_of, wait_record
 from dispatcher.wire.model import SourceRecord
 from spark_jobs.class_archive import (
@@ -57,6 +60,7 @@ TRAINING_PARTITIONS = 4
 JVM_EXIT_TIMEOUT_S = 300.0  # HotSpot writes the archive as the JVM exits: ~10 s on 2 cores
 # HotSpot warns of every class it leaves out (signed jars, classes never linked): not news.
 TRAINING_JAVA_OPTIONS = "-Xlog:cds=error,cds+dynamic=error"
+TRAINING_PREFIX = ".training-"  # the folder a build trains in, beside the archive
 # The Kafka source meets no broker: these bound how long it tries before the query fails.
 _NO_BROKER = "127.0.0.1:1"
 NO_BROKER_WAIT_S = 30
@@ -95,7 +99,8 @@ def build_class_archive(*, directory: Path | None = None,
         raise ClassArchiveError("no `java` found (JAVA_HOME or PATH)")
     # In the archive's own folder, so that the finished archive replaces the old one by rename:
     # a JVM starting meanwhile maps one or the other, never half a file.
-    with tempfile.TemporaryDirectory(prefix=".training-", dir=directory) as work:
+    with building_alone(directory), \
+            tempfile.TemporaryDirectory(prefix=TRAINING_PREFIX, dir=directory) as work:
         fresh = Path(work) / ARCHIVE_NAME
         options = " ".join(filter(None, [base.driver_java_options, TRAINING_JAVA_OPTIONS,
                                          f"-XX:ArchiveClassesAtExit={fresh}"]))  # fmt: skip
@@ -114,6 +119,21 @@ def build_class_archive(*, directory: Path | None = None,
         os.replace(fresh, directory / ARCHIVE_NAME)
     (directory / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
     return directory / ARCHIVE_NAME
+
+
+@contextlib.contextmanager
+def building_alone(directory: Path) -> Iterator[None]:
+    """One build at a time in `directory` (an exclusive lock on the folder itself, released
+    when the build ends or its process dies); once it is ours, what builds killed earlier left
+    (their `.training-*` folders, up to an archive's size each) is removed."""
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        for left in directory.glob(f"{TRAINING_PREFIX}*"):
+            shutil.rmtree(left, ignore_errors=True)
+        yield
+    finally:
+        os.close(folder)
 
 
 def train(spark: Any, work: Path) -> None:
@@ -163,7 +183,7 @@ def _meet_no_broker(spark: Any, work: Path) -> None:
     Kafka client's classes, then fails within seconds."""
     config = ReconcileConfig(
         group="waitline-cds", wait_topic="waitline-cds.wait", dlq_topic="waitline-cds.dlq",
-        bootstrap_servers=_NO_BROKER, pg_dsn="postgresql://unused", once=True,
+        kafka=KafkaConfig(_NO_BROKER, "waitline-cds"), pg_dsn="postgresql://unused", once=True,
         checkpoint_dir=str(work / "kafka-checkpoint"), kafka_options=_NO_BROKER_OPTIONS,
     )  # fmt: skip
     query = (wait_topic_stream(spark, config).writeStream.foreachBatch(_plan_batch)

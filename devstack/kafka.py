@@ -7,18 +7,23 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
+from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate, write_private
 from dispatcher.errors import StackError
 from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, kafka_libs_dir
 
 KAFKA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "kafka"
+_NUMBERS = re.compile(r"\d+")
+_MAX_REASONS = 10
 
 
 def new_cluster_id() -> str:
@@ -35,6 +40,7 @@ class KafkaService:
     """One Kafka broker+controller (KRaft combined mode) from the jars in the cache folder."""
 
     name = "kafka"
+    config_template = "server.properties.template"
 
     def __init__(self, home: Path, port: int, controller_port: int,
                  heap: str = "1g", libs_dir: Path | None = None) -> None:
@@ -42,6 +48,7 @@ class KafkaService:
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
+        self.initial_heap = "256m"
         self.libs_dir = libs_dir or kafka_libs_dir()
         self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
         self._log_start = 0  # size of server.log when this object last started the broker
@@ -72,29 +79,47 @@ class KafkaService:
         if java is None:
             raise StackError("java not found on PATH: install OpenJDK 17 (`make setup` does)")
         return [
-            java, "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            java, f"-Xms{self.initial_heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={KAFKA_CONFIG_DIR / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.home / 'logs'}",
             "-cp", f"{self.libs_dir}/*", main_class, *args,
         ]
 
+    def _config_values(self) -> dict[str, object]:
+        """What fills the braces of `config_template`."""
+        return {"port": self.port, "controller_port": self.controller_port,
+                "data_dir": self.home / "data"}
+
     def _render_config(self) -> Path:
-        template = (KAFKA_CONFIG_DIR / "server.properties.template").read_text()
-        config = template.format(port=self.port, controller_port=self.controller_port,
-                                 data_dir=self.home / "data")
+        template = (KAFKA_CONFIG_DIR / self.config_template).read_text()
         path = self.home / "server.properties"
-        path.write_text(config)
+        path.write_text(template.format(**self._config_values()))
         return path
+
+    def _cluster_id(self) -> str:
+        return new_cluster_id()
+
+    def _format_options(self) -> list[str]:
+        """More arguments for `kafka-storage format` (e.g. SCRAM users to create)."""
+        return []
 
     def _format_storage(self, config: Path) -> None:
         if (self.home / "data" / "meta.properties").exists():
             return
-        cluster_id = new_cluster_id()
-        result = subprocess.run(
-            self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                           "-c", str(config), "--ignore-formatted"),
-            capture_output=True, text=True, check=False, timeout=120,
-        )
+        # The tool's arguments go in a Java argument file of mode 0600, read by the launcher, so
+        # that a secret among them (a SCRAM credential) is never on a command line.
+        args = ["kafka.tools.StorageTool", "format", "-t", self._cluster_id(), "-c", str(config),
+                "--ignore-formatted", *self._format_options()]
+        argfile = self.home / "format.args"
+        write_private(argfile, "\n".join(map(_argfile_token, args)).encode())
+        try:
+            result = subprocess.run(
+                self._java_cmd(f"@{argfile}"),
+                capture_output=True, text=True, check=False, timeout=120,
+            )
+        finally:
+            argfile.unlink(missing_ok=True)
         if result.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
@@ -123,18 +148,43 @@ class KafkaService:
         self._pid_path.write_text(str(process.pid))
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        pid = self.pid()
+        pid = self._live_pid()
         if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGCONT)  # a frozen broker could not shut down
             terminate(pid, timeout_s)
         self._reap()
         self._pid_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL, for crash tests."""
-        pid = self.pid()
+        pid = self._live_pid()
         if pid is not None:
             terminate(pid, 0)
         self._reap()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the broker stops answering but keeps its sockets (a hung broker)."""
+        self._signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after `freeze`."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        pid = self.pid()
+        if pid is None:
+            raise StackError(f"{self.name} is not running (no process under {self.home})")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signum)
+
+    def _live_pid(self) -> int | None:
+        """The broker's PID: the process this object started while it runs (a read of /proc
+        can miss a live process, and stop() would then wait on one it never signalled), else
+        the PID file's when its process is the broker."""
+        if self._process is not None and self._process.poll() is None:
+            return self._process.pid
+        return self.pid()
 
     def _reap(self) -> None:
         if self._process is not None:
@@ -142,7 +192,11 @@ class KafkaService:
             self._process = None
 
     def healthy(self) -> bool:
-        return asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=5.0))
+        return self._answers(timeout_s=5.0)
+
+    def _answers(self, timeout_s: float) -> bool:
+        """True when the broker serves what a client needs (here: metadata, in PLAINTEXT)."""
+        return asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=timeout_s))
 
     def _exited(self) -> bool:
         """For a broker this object started, its own exit status decides (a read of /proc
@@ -162,7 +216,18 @@ class KafkaService:
             return ""
         reasons = [line.strip() for line in text.splitlines()
                    if " ERROR " in line or line.startswith("Caused by:")]
-        return "\n".join(dict.fromkeys(reasons))  # each once, in order
+        # Each kind once, in order: a broker can repeat one error thousands of times with
+        # only its timestamp and numbers changed (a Raft vote refused, every 20 ms).
+        shapes: set[str] = set()
+        distinct = []
+        for reason in reasons:
+            shape = _NUMBERS.sub("#", reason)
+            if shape not in shapes:
+                shapes.add(shape)
+                distinct.append(reason)
+        more = len(distinct) - _MAX_REASONS
+        return "\n".join([*distinct[:_MAX_REASONS],
+                          *([f"({more} more kinds of error in the log)"] if more > 0 else [])])
 
     def wait_healthy(self, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -175,7 +240,7 @@ class KafkaService:
                     f"Last lines of {self._stdout_path}:\n{log_tail(self._stdout_path)}\n"
                     f"Full log: {self.log_path}"
                 )
-            if asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=3.0)):
+            if self._answers(timeout_s=3.0):
                 return
             time.sleep(0.5)
         raise StackError(
@@ -190,8 +255,13 @@ class KafkaService:
                              self.port, pid, self.bootstrap_servers, str(self.log_path))
 
 
+def _argfile_token(arg: str) -> str:
+    """One argument in a Java argument file: quoted, its backslashes and quotes escaped."""
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @contextlib.contextmanager
-def _aiokafka_silenced() -> Iterator[None]:
+def aiokafka_silenced() -> Iterator[None]:
     """aiokafka logs each refused connection at ERROR ("Unable connect to ..."); while a probe
     waits for a starting broker those are expected, not news."""
     aiokafka_logger = logging.getLogger("aiokafka")
@@ -207,7 +277,7 @@ async def _kafka_answers(bootstrap_servers: str, timeout_s: float) -> bool:
     """True when the broker serves metadata and can create a topic-less producer session."""
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
 
-    with _aiokafka_silenced():
+    with aiokafka_silenced():
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers,
                                     request_timeout_ms=int(timeout_s * 1000))
         try:

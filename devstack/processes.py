@@ -1,5 +1,6 @@
 """Processes of the local stack: detached service processes found by PID file and stopped by
-process group, and log tails for error messages. Free loopback ports are `dispatcher.ports`."""
+process group, log tails for error messages, and the private files they read (keys, passwords).
+Free loopback ports are `dispatcher.ports`."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def terminate(pid: int, timeout_s: float) -> None:
         os.killpg(pid, signal.SIGKILL)
     while pid_alive(pid):
         time.sleep(0.05)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a secret file readable by its owner only: created 0600 (never wider, not even for
+    a moment) and replaced whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    tmp.replace(path)
 
 
 @dataclass

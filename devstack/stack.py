@@ -1,4 +1,6 @@
-"""The local stack: a real single-node Kafka (KRaft) and a real PostgreSQL as local processes.
+"""The local stack: a real single-node Kafka (KRaft) and a real PostgreSQL as local processes;
+with the cluster profile, the secured three-node cluster (`devstack/cluster.py`) in place of the
+single PLAINTEXT broker.
 
 No Docker: Kafka runs from the Apache Kafka jars that `make setup` fetched from Maven Central
 (`$WAITLINE_CACHE_DIR/kafka-libs`), PostgreSQL from Debian's package, as the `postgres` user when
@@ -13,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from devstack.cluster import SecureCluster
 from devstack.kafka import KafkaService
 from devstack.postgres import PostgresService
 from devstack.processes import ServiceStatus
@@ -21,8 +24,8 @@ from dispatcher.endpoints import StackConnection
 from dispatcher.ports import free_port, port_is_free
 
 # Re-exported: tests, the load-test harness and helpers' notes import these from here.
-__all__ = ["KafkaService", "LocalStack", "PostgresService", "ServiceStatus", "SparkClusterService",
-           "StackPorts"]
+__all__ = ["KafkaService", "LocalStack", "PostgresService", "SecureCluster", "ServiceStatus",
+           "SparkClusterService", "StackPorts"]
 
 
 @dataclass
@@ -47,11 +50,13 @@ class StackPorts:
 
 
 class LocalStack:
-    """Kafka + PostgreSQL under one state folder; the connection file lives there too."""
+    """Kafka + PostgreSQL under one state folder, the secured cluster in its `cluster/` folder;
+    the connection file (the single broker's and PostgreSQL's addresses) lives there too."""
 
     def __init__(self, state_dir: Path, ports: StackPorts | None = None) -> None:
         self.state_dir = state_dir
         self._use_ports(ports or self._saved_ports() or StackPorts(19092, 19093, 15432))
+        self.cluster = SecureCluster(state_dir / "cluster")
 
     def _use_ports(self, ports: StackPorts) -> None:
         self.ports = ports
@@ -76,9 +81,10 @@ class LocalStack:
     def connection(self) -> StackConnection:
         return StackConnection(self.kafka.bootstrap_servers, self.postgres.dsn)
 
-    def up(self, *, spark: bool = False) -> list[str]:
-        """Start what is not running (the Spark cluster too when `spark`), wait until it
-        answers; returns what was started."""
+    def up(self, *, spark: bool = False, cluster: bool = False) -> list[str]:
+        """Start what is not running: PostgreSQL, the single broker or (`cluster`) the secured
+        cluster, the Spark cluster too when `spark`; wait until it answers; returns what was
+        started. The connection file names the single broker, so only its profile writes it."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.kafka.pid() is None and self.postgres.pid() is None and self.spark.pid() is None:
             # Nothing of ours runs: re-check that the remembered ports are still free.
@@ -86,34 +92,46 @@ class LocalStack:
         self._ports_path.write_text(json.dumps(asdict(self.ports)) + "\n")
         started = []
         services: list[PostgresService | KafkaService | SparkClusterService] = [
-            self.postgres, self.kafka, *([self.spark] if spark else [])]
+            self.postgres, *([] if cluster else [self.kafka]), *([self.spark] if spark else [])]
         try:  # a service that fails to start stops the ones started before it
             for service in services:
                 if service.pid() is None:
                     service.start()
                     started.append(service.name)
+            if cluster:
+                started += self.cluster.up()
             self.postgres.wait_healthy()
             self.postgres.ensure_database()
-            self.kafka.wait_healthy()
+            if not cluster:
+                self.kafka.wait_healthy()
             if spark:
                 self.spark.wait_healthy()
         except BaseException:
             self.down()
             raise
-        self.connection().write(self.connection_path)
+        if not cluster:
+            self.connection().write(self.connection_path)
         return started
 
     def down(self) -> list[str]:
-        """Stop everything this stack started; returns what was stopped."""
+        """Stop everything this stack started, both profiles; returns what was stopped."""
         stopped = []
-        for service in (self.spark, self.kafka, self.postgres):
+        for service in (self.spark, self.kafka):
             if service.pid() is not None:
                 service.stop()
                 stopped.append(service.name)
+        stopped += self.cluster.down()
+        if self.postgres.pid() is not None:
+            self.postgres.stop()
+            stopped.append(self.postgres.name)
         self.connection_path.unlink(missing_ok=True)
         return stopped
 
-    def status(self) -> list[ServiceStatus]:
-        """Kafka and PostgreSQL; the Spark cluster too while it runs (it is optional)."""
+    def status(self, *, cluster: bool = False) -> list[ServiceStatus]:
+        """PostgreSQL and the broker(s) of the profile: the single broker, or with `cluster`
+        the secured cluster's nodes (and the single broker only while it runs too); the Spark
+        cluster while it runs (it is optional)."""
+        kafka = ([self.kafka.status()] if not cluster or self.kafka.pid() is not None else [])
+        nodes = self.cluster.status() if cluster else []
         spark = [self.spark.status()] if self.spark.pid() is not None else []
-        return [self.kafka.status(), self.postgres.status(), *spark]
+        return [*kafka, *nodes, self.postgres.status(), *spark]

@@ -13,6 +13,9 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
+from dispatcher.output import masked_output
+from dispatcher.secret_sources import secret_flag
+
 # name -> (module:attribute of a typer.Typer, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dispatch": ("dispatcher.pod.cli:app",
@@ -32,6 +35,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 class LazyGroup(TyperGroup):
     """A group that imports a sub-command's module only when that sub-command is asked for."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if (refusal := secret_flag(args)) is not None:  # before any command reads its flags
+            typer.echo(f"error: {refusal}", err=True)
+            raise typer.Exit(2)
+        return list(super().parse_args(ctx, args))
 
     def list_commands(self, ctx: Any) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -86,4 +95,5 @@ def root() -> None:
 
 
 def main() -> None:
-    app()
+    with masked_output():  # every command's output, error lines included, passes the mask
+        app()

@@ -1,12 +1,17 @@
 """Naming a database in an error line: host:port/db of a DSN (never its password), and an
-error's first line. Below the console and `connectors` alike (the console reads PostgreSQL
-without importing `connectors`), and apart from `connectors.registry`, so what imports only
-these (the reconciliation job's executors, in each Python worker) does not import SQLAlchemy."""
+error's first line; a DSN's password, to register for masking or to refuse on a command line.
+Below the console and `connectors` alike (the console reads PostgreSQL without importing
+`connectors`), and apart from `connectors.registry`, so what imports only these (the
+reconciliation job's executors, in each Python worker) does not import SQLAlchemy."""
 
 from __future__ import annotations
 
+import os
+
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+
+from dispatcher.secrets import register_secret
 
 
 def schema_missing(dsn: str) -> str:
@@ -29,3 +34,19 @@ def describe_dsn(dsn: str) -> str:
         return "the configured DSN"
     host = params.get("host") or params.get("hostaddr") or "localhost"
     return f"{host}:{params.get('port') or 5432}/{params.get('dbname') or params.get('user') or ''}"
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a libpq DSN (URL or key=value) holds; None if none (or unparseable)."""
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+        return str(password) if password else None
+    except psycopg.ProgrammingError:
+        return None
+
+
+def register_dsn_password(dsn: str) -> None:
+    """Mask the DSN's password, and libpq's PGPASSWORD if set, in every text from now on."""
+    for password in (dsn_password(dsn), os.environ.get("PGPASSWORD")):
+        if password:
+            register_secret(password)

@@ -34,6 +34,18 @@ def format_duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
+def format_age(seconds: float) -> str:
+    """A compact human duration: `42s`, `3m12s`, `5h03m`, `2d04h`."""
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
 def as_field_error(parse: Callable[[], T]) -> T:
     """`parse()`, its ConfigError raised as ValueError: pydantic names the flag only of a
     ValueError; a ConfigError would escape unnamed."""

@@ -1,20 +1,23 @@
 """Where the Kafka cluster and the PostgreSQL registry are.
 
-Precedence, highest first: an explicit value (a flag), a `WAITLINE_*` environment variable, the
-connection file that `waitline dev up` writes (`$WAITLINE_STATE_DIR/stack.json`, default
-`./.waitline/stack.json`). A value found nowhere raises `EndpointNotConfiguredError` with a
-message saying how to provide it.
+Precedence, highest first: an explicit value (a flag), a `WAITLINE_*` environment variable (or
+the file its `WAITLINE_*_FILE` variable names), the connection file that `waitline dev up`
+writes (`$WAITLINE_STATE_DIR/stack.json`, default `./.waitline/stack.json`). A value found
+nowhere raises `EndpointNotConfiguredError` with a message saying how to provide it.
+
+A DSN's password registers for masking where the DSN is resolved (every command that reads
+PostgreSQL comes here); a flag's DSN may not hold one (a command line shows in `ps`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.errors import ConfigError
 from dispatcher.paths import STATE_DIR_ENV, state_dir
+from dispatcher.secret_sources import env_or_file, refuse_on_command_line
 
 # state_dir and STATE_DIR_ENV live in dispatcher.paths; re-exported for existing callers.
 __all__ = ["BOOTSTRAP_ENV", "DSN_ENV", "STATE_DIR_ENV", "EndpointNotConfiguredError",
@@ -61,7 +64,7 @@ class StackConnection:
 def _resolve(explicit: str | None, env_name: str, field: str, what: str) -> str:
     if explicit:
         return explicit
-    if from_env := os.environ.get(env_name):
+    if from_env := env_or_file(env_name):
         return from_env
     stack = StackConnection.read(connection_file())
     if stack is not None:
@@ -77,4 +80,12 @@ def resolve_bootstrap_servers(explicit: str | None = None) -> str:
 
 
 def resolve_pg_dsn(explicit: str | None = None) -> str:
-    return _resolve(explicit, DSN_ENV, "pg_dsn", "PostgreSQL DSN")
+    """The DSN from `explicit` (a flag: without a password), the environment or the local
+    stack; its password registered for masking."""
+    from dispatcher.dsn import dsn_password, register_dsn_password  # noqa: PLC0415 - psycopg
+
+    if explicit:
+        refuse_on_command_line("--dsn", DSN_ENV, "a password" if dsn_password(explicit) else None)
+    dsn = _resolve(explicit, DSN_ENV, "pg_dsn", "PostgreSQL DSN")
+    register_dsn_password(dsn)
+    return dsn

@@ -2,12 +2,14 @@
 
     WaitlineError
     ├── ConfigError                 bad flags, environment or settings; never retried
-    │   └── EndpointNotConfiguredError (dispatcher.endpoints)
+    │   ├── EndpointNotConfiguredError (dispatcher.endpoints)
+    │   └── KafkaAccessError        Kafka refused this configuration (login, certificate, protocol)
     ├── WireFormatError             a record that does not follow DESIGN.md's wire formats
     ├── StackError                  a local service (Kafka, PostgreSQL) failed to start or stop
     ├── ProduceError                writing records to Kafka failed (loadtest generator, connectors)
     ├── ConsumeError                reading records from Kafka failed (dispatcher.dlq.session)
     ├── KafkaClientError            a commit or offset read failed (the Kafka seam); retriable
+    ├── KafkaUnreachableError       no broker answered the pre-flight check at all
     ├── UnreadableRecordError       the Kafka client cannot parse a fetched record (the seam)
     ├── RegistryError               PostgreSQL registry unreachable or without schema (connectors)
     └── TopicSetupError             wait/DLQ/result topics missing or misconfigured
@@ -33,6 +35,16 @@ class WaitlineError(Exception):
 
 class ConfigError(WaitlineError):
     """Invalid configuration; the message says what to change."""
+
+
+class KafkaAccessError(ConfigError):
+    """The pre-flight check (dispatcher.kafka.preflight) could not reach Kafka with the
+    configured address and security; the message names the cause and the setting to change."""
+
+
+class KafkaUnreachableError(WaitlineError):
+    """No bootstrap server answered the pre-flight check (nothing listens, an unknown host, no
+    answer): the address may be wrong, or the cluster down; the message says which."""
 
 
 class WireFormatError(WaitlineError):
@@ -82,11 +94,19 @@ class TopicSetupError(WaitlineError):
 
 
 def config_error(exc: ValidationError, what: str, env_prefix: str) -> ConfigError:
-    """The ConfigError for settings read from `env_prefix` variables: one line per problem,
-    naming its variable and never quoting a value (a secret must not reach the message)."""
+    """The ConfigError for settings read from `env_prefix` variables: one line per problem
+    (the whole message on one line when there is one), naming its variable and never quoting
+    a value (a secret must not reach the message)."""
     problems = []
     for error in exc.errors(include_input=False):
         field = ".".join(str(part) for part in error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{env_prefix}{field.upper()}: {message}" if field else message)
-    return ConfigError(f"invalid {what} configuration:\n  " + "\n  ".join(problems))
+    return ConfigError(one_line_or_list(f"invalid {what} configuration", problems))
+
+
+def one_line_or_list(title: str, problems: list[str]) -> str:
+    """`title: problem` for one problem; else the title and the problems, one per line."""
+    if len(problems) == 1:
+        return f"{title}: {problems[0]}"
+    return f"{title}:\n  " + "\n  ".join(problems)

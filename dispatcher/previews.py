@@ -1,11 +1,14 @@
-"""Bytes for a table cell, shared by the operator tools (`waitline dlq`, `waitline registry`)."""
+"""Bytes for a table cell, shared by the operator tools (`waitline dlq`, `waitline registry`,
+the console) and the DLQ index; secrets in the text are masked before it is cut."""
 
 from __future__ import annotations
 
+from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets
+
 
 def preview_bytes(data: bytes | None, width: int = 40) -> str:
-    """Bytes for a table cell: `(null)`, `(empty)`, printable UTF-8 text on one line, else `0x`
-    and hex; cut to `width` characters with `…`."""
+    """Bytes for a table cell: `(null)`, `(empty)`, printable UTF-8 text on one line (secrets
+    masked), else `0x` and hex; cut to `width` characters with `…`."""
     if data is None:
         return "(null)"
     if not data:
@@ -13,7 +16,10 @@ def preview_bytes(data: bytes | None, width: int = 40) -> str:
     head = data[: width * 4]  # enough bytes for `width` characters of any UTF-8 text
     text = _printable_text(head, cut=len(head) < len(data))
     if text is not None:
-        shown, complete = text, len(head) == len(data)
+        if len(head) < len(data):  # masked over a longer stretch: a secret cut here is whole
+            longer = data[: len(head) + MASK_LOOKAHEAD_CHARS]
+            text = longer.decode("utf-8", errors="replace").translate(_ONE_LINE)
+        shown, complete = mask_secrets(text), len(head) == len(data)
     else:
         shown, complete = "0x" + data[:width].hex(), len(data) <= width
     if complete and len(shown) <= width:

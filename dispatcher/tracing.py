@@ -4,9 +4,14 @@ Off unless the extra is installed and the environment asks for traces: `OTEL_TRA
 (`otlp`, over HTTP/protobuf, or `console`) or an OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`
 keep it off. Every other standard variable (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
-`OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_PROPAGATORS`, ...) is
-the SDK's own. An application that set a tracer provider of its own (auto-instrumentation) keeps
-it, and Waitline's spans go there.
+`OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, `OTEL_PROPAGATORS`, ...) is the SDK's own. The exporter's
+headers (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`, which usually
+carry its credentials) may be given as a file too (`<VAR>_FILE`), and their values register
+for masking (`dispatcher.secrets`). An application that set a tracer provider of its own
+(auto-instrumentation) keeps it, and Waitline's spans go there. Spans leave on the batch
+processor's schedule (`OTEL_BSP_SCHEDULE_DELAY`, 5 s) while the process runs; at exit, what is
+left gets `EXIT_FLUSH_S`, however slow the collector, so that a stopping pod keeps within its
+grace period.
 
 With tracing on, each record's life in the pod is one span, `process <topic>` (kind CONSUMER),
 whose parent is the W3C `traceparent` in the record's headers: prepared, called (a child span,
@@ -30,12 +35,17 @@ SDK is imported when tracing turns on; the API, which is light, with this module
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, overload
+from urllib.parse import unquote
 
 from dispatcher.errors import ConfigError
+from dispatcher.secret_sources import env_or_file
+from dispatcher.secrets import register_credential
 from dispatcher.wire import Failure, Headers, OutgoingRecord, SourceRecord, wait_id_for
 
 try:  # the API alone (the SDK is imported when tracing turns on)
@@ -53,9 +63,10 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["NO_TRACE", "RecordTrace", "configure", "current_headers", "dead_letter_source",
-           "enabled", "exporters_asked", "http_headers", "outcome", "record_trace",
-           "replay_headers", "result_headers", "traced_prepare", "use"]
+__all__ = ["EXIT_FLUSH_S", "NO_TRACE", "RecordTrace", "configure", "current_headers",
+           "dead_letter_source", "enabled", "exporters_asked", "http_headers", "otlp_headers",
+           "outcome", "record_trace", "replay_headers", "result_headers", "shutdown",
+           "traced_prepare", "use"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +76,11 @@ OTLP_PROTOCOL = "http/protobuf"
 _ENV_EXPORTER = "OTEL_TRACES_EXPORTER"
 _ENV_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _ENV_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_ENV_HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+# At exit, the spans not yet exported get this long, however slow the collector: it fits in the
+# shutdown margin the chart's grace period leaves after the final commit (10 s), where the SDK's
+# own exit would wait up to 30 s for its worker and the exporter's retries on top.
+EXIT_FLUSH_S = 5.0
 
 
 class CallEnd(Protocol):
@@ -138,6 +154,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     _State.configured = True
     _State.tracer = None
+    headers, from_file = otlp_headers(env)
     exporters = exporters_asked(env)
     if not exporters:
         return
@@ -148,7 +165,7 @@ def configure(environ: Mapping[str, str] | None = None) -> None:
         return
     provider = trace.get_tracer_provider()
     if not hasattr(provider, "add_span_processor"):  # no SDK provider set yet: ours
-        provider = _provider(exporters)
+        provider = _provider(exporters, headers if from_file else None)
         trace.set_tracer_provider(provider)
     _State.tracer = provider.get_tracer(INSTRUMENTATION)
 
@@ -173,7 +190,28 @@ def exporters_asked(env: Mapping[str, str]) -> list[str]:
     return names
 
 
-def _provider(exporters: Iterable[str]) -> TracerProvider:
+def otlp_headers(env: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """The OTLP exporter's headers (`name=value` pairs, comma-separated, values percent-
+    encoded) from the traces-specific variable, else the general one, or the file either's
+    `_FILE` form names; and whether they came from a file (the SDK reads only the variables).
+    Every value registers for masking: these headers carry the exporter's credentials."""
+    found: tuple[dict[str, str], bool] | None = None
+    for name in _ENV_HEADERS:
+        text = env_or_file(name, env)
+        if not text:
+            continue
+        headers = {}
+        for pair in text.split(","):
+            key, _, value = pair.partition("=")
+            if key.strip() and value.strip():
+                headers[unquote(key.strip()).lower()] = unquote(value.strip())
+                register_credential(unquote(value.strip()))
+        if found is None:
+            found = headers, not env.get(name)
+    return found or ({}, False)
+
+
+def _provider(exporters: Iterable[str], headers: dict[str, str] | None) -> TracerProvider:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
         OTLPSpanExporter,
     )
@@ -188,13 +226,30 @@ def _provider(exporters: Iterable[str]) -> TracerProvider:
     resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: INSTRUMENTATION}))
-    provider = TracerProvider(resource=resource)  # OTEL_TRACES_SAMPLER, OTEL_SPAN_*_LIMIT
+    # OTEL_TRACES_SAMPLER, OTEL_SPAN_*_LIMIT. Our exit, not the SDK's, shuts it down: bounded.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    atexit.register(shutdown, provider)
     for name in exporters:
-        exporter: SpanExporter = OTLPSpanExporter() if name == "otlp" else ConsoleSpanExporter()
+        exporter: SpanExporter = (OTLPSpanExporter(headers=headers) if name == "otlp"
+                                  else ConsoleSpanExporter())
+        # Exports every OTEL_BSP_SCHEDULE_DELAY (5 s) or at each full batch while the pod runs.
         provider.add_span_processor(BatchSpanProcessor(exporter))  # OTEL_BSP_*
     log.info("tracing on: spans exported with %s, as service %s", " and ".join(exporters),
              resource.attributes.get(SERVICE_NAME))
     return provider
+
+
+def shutdown(provider: TracerProvider, timeout_s: float = EXIT_FLUSH_S) -> bool:
+    """Export what is left and stop `provider`, waiting at most `timeout_s`: True when it
+    finished in time. A collector that does not answer keeps only its own (daemon) thread, which
+    the process's exit ends; the spans it held are lost, the stop is not delayed."""
+    stopping = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+    stopping.start()
+    stopping.join(timeout_s)
+    if stopping.is_alive():
+        log.warning("tracing: spans not exported within %.0f s at exit are dropped", timeout_s)
+        return False
+    return True
 
 
 # --- the record's span ---------------------------------------------------------------------

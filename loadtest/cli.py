@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,6 +39,7 @@ from loadtest.mock.latency import parse_model
 
 if TYPE_CHECKING:
     from loadtest.bench.compare import RunResult
+    from loadtest.bench.pod_cpu import CpuSample
     from loadtest.bench.scenarios import Scenario
 
 app = typer.Typer(
@@ -486,6 +488,49 @@ def interpreters_command(
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+@app.command("peer-cpu",
+             epilog="Example: waitline loadtest peer-cpu --python ~/.pyenv/.../bin/python "
+                    "--windows 1000 --rounds 5")
+def peer_cpu_command(
+    *,
+    python: Annotated[str, typer.Option(
+        help="The peer's interpreter: a python whose environment has the peers extra "
+             "(pyrallel-consumer needs 3.12 or later; `UV_PROJECT_ENVIRONMENT=DIR uv sync "
+             "--frozen --all-extras --python X`).")],
+    peer: Annotated[str, typer.Option(help="The peer: pyrallel-consumer.")] = "pyrallel-consumer",
+    windows: PodWindows = "1000",
+    records: PodBacklog = 20_000,
+    rounds: Annotated[int, typer.Option(help="Runs of each per window.", min=1)] = 5,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Measure CPU per record of this checkout's pod and of a peer, side by side.
+
+    Both run at the same time, each against a mock counterparty of its own, as `revisions`
+    measures two revisions; the pod on this interpreter, the peer on --python."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import peer_variants  # noqa: PLC0415
+    from loadtest.bench.scenarios import PEERS  # noqa: PLC0415
+
+    if peer not in PEERS:
+        _fail(f"--peer {peer!r}: choose one of {', '.join(PEERS)}", CONFIG_EXIT_CODE)
+    sizes = _windows(windows)
+    try:
+        variants = peer_variants(peer, python)
+        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                              Path("reports/peer-cpu"), sizes, records,
+                                              rounds, variants=variants,
+                                              on_sample=_echo_sample))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+def _echo_sample(sample: CpuSample) -> None:
+    typer.echo(f"{sample.variant}: N = {sample.window}, {sample.cpu_ms_per_record:.3f} CPU "
+               f"ms/record, {sample.records_per_s:,.0f} records/s over {sample.records:,} calls "
+               f"(load average {os.getloadavg()[0]:.1f})", err=True)
 
 
 GuardBase = Annotated[str | None, typer.Option(

@@ -19,7 +19,8 @@ from typing import Annotated, NoReturn
 import structlog
 import typer
 
-from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
+from dispatcher.errors import ConfigError, KafkaUnreachableError, TopicSetupError, WaitlineError
+from dispatcher.kafka.preflight import run_check
 from dispatcher.logs import configure_logging
 
 CONFIG_EXIT_CODE = 2  # the usage-error code click uses for bad flags
@@ -114,14 +115,18 @@ def reconcile(
     kafka_option: Annotated[
         list[str] | None,
         typer.Option(
-            help="Kafka client property for the source and the DLQ sink, repeatable: "
-            "kafka.security.protocol=SASL_SSL"
+            help="Extra Kafka client property for the source and the DLQ sink, repeatable: "
+            "kafka.client.dns.lookup=use_all_dns_ips. Security comes from the WAITLINE_* "
+            "variables; an option that contradicts them is refused."
         ),
     ] = None,
 ) -> None:
     """Mirror the wait topic into PostgreSQL and send expired waits to the DLQ."""
     configure_logging()  # one log set-up for the pod, the connectors and the Spark job
     # PySpark loads here, not at import: `waitline` must run where it is not installed.
+    from pyspark.errors.exceptions.captured import CapturedException  # noqa: PLC0415
+
+    from spark_jobs.kafka_options import kafka_refusal  # noqa: PLC0415
     from spark_jobs.reconcile import ReconcileConfig, ReconcileJob  # noqa: PLC0415
     from spark_jobs.session import (  # noqa: PLC0415
         SparkSettings,
@@ -139,6 +144,9 @@ def reconcile(
             expiry_batch_size=expiry_batch_size, kafka_options=kafka_option or (),
             dlq_index=dlq_index,
         )  # fmt: skip
+        # The Kafka client's refusal (a login, a certificate, a protocol) in one line and in
+        # seconds, from the same configuration, before the JVM starts.
+        run_check(config.kafka)
         ensure_job_topics(config, create_missing=create_topics)
         spark = (attach_session() if launched_by_spark_submit()
                  else build_session(SparkSettings.for_job(master=master, once=once)))  # fmt: skip
@@ -146,6 +154,8 @@ def reconcile(
         _fail(str(exc), CONFIG_EXIT_CODE)
     except TopicSetupError as exc:
         _fail(str(exc), TOPIC_EXIT_CODE)
+    except KafkaUnreachableError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
 
     job = ReconcileJob(spark, config)
     if metrics_port is not None:
@@ -162,6 +172,14 @@ def reconcile(
         job.run()
     except WaitlineError as exc:
         _fail(f"reconcile failed: {exc}", FAILURE_EXIT_CODE)
+    except CapturedException as exc:  # Spark's errors, Java's cause in their text
+        # Kafka refusing the job after the pre-flight check passed (a password rotated, a
+        # certificate replaced): the same one line, not Java's stack trace.
+        # Its text holds Java's stack trace only when Spark's debug setting says so.
+        refusal = kafka_refusal(f"{exc}\n{getattr(exc, '_stackTrace', '')}", config.kafka)
+        if refusal is None:
+            raise
+        _fail(refusal, CONFIG_EXIT_CODE)
     finally:
         job.metrics.close()
         spark.stop()

@@ -7,13 +7,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.durations import parse_duration_s
-from dispatcher.endpoints import resolve_bootstrap_servers, resolve_pg_dsn, state_dir
+from dispatcher.endpoints import resolve_pg_dsn, state_dir
 from dispatcher.errors import ConfigError
+from dispatcher.kafka.config import KafkaConfig, load_kafka_config
+from spark_jobs.kafka_options import (
+    extra_kafka_options,
+    secret_option,
+    spark_kafka_options,
+    spark_producer_options,
+)
 
 DEFAULT_TRIGGER = "5s"
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_EXPIRY_BATCH_SIZE = 5_000
 DEFAULT_RETRY_MAX_BACKOFF_S = 30.0
+CLIENT_ID = "waitline-reconcile"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # Set by the job itself; a `kafka.*` option naming one of these is a configuration error.
 _MANAGED_KAFKA_OPTIONS = frozenset({"kafka.bootstrap.servers"})
@@ -32,7 +40,7 @@ class ReconcileConfig:
     group: str
     wait_topic: str
     dlq_topic: str
-    bootstrap_servers: str
+    kafka: KafkaConfig  # the one configuration every Kafka client reads (WAITLINE_* variables)
     pg_dsn: str
     checkpoint_dir: str
     trigger_interval_s: float = 5.0
@@ -63,9 +71,11 @@ class ReconcileConfig:
         """Validated config from flag-like values; ConfigError says what to fix.
 
         Topics default from the group (`<group>.wait`, `<group>.dlq`), endpoints from the flag,
-        the environment or the local stack, the checkpoint from the state folder.
-        `kafka_options` are `kafka.<client property>=<value>` strings (or a mapping) passed to
-        Spark's Kafka source and sink alike, e.g. `kafka.security.protocol=SASL_SSL`.
+        the environment or the local stack, the checkpoint from the state folder. Kafka's
+        security comes from the WAITLINE_* variables, as for every other client;
+        `kafka_options` are extra `kafka.<client property>=<value>` strings (or a mapping) for
+        Spark's Kafka source and sink alike, e.g. `kafka.client.dns.lookup=use_all_dns_ips`,
+        and may not contradict those variables.
         """
         if not group.strip():
             raise ConfigError("--group is required: the dispatcher's consumer group id")
@@ -88,28 +98,37 @@ class ReconcileConfig:
             )
         if expiry_batch_size <= 0:
             raise ConfigError(f"--expiry-batch-size must be positive, got {expiry_batch_size}")
+        kafka = load_kafka_config(bootstrap_servers, client_id=CLIENT_ID)
         return cls(
             group=group,
             wait_topic=wait,
             dlq_topic=dlq,
-            bootstrap_servers=resolve_bootstrap_servers(bootstrap_servers),
+            kafka=kafka,
             pg_dsn=resolve_pg_dsn(dsn),
             checkpoint_dir=checkpoint_dir or default_checkpoint_dir(group),
             trigger_interval_s=trigger_s,
             once=once,
             max_offsets_per_trigger=max_offsets_per_trigger,
             expiry_batch_size=expiry_batch_size,
-            kafka_options=parse_kafka_options(kafka_options),
+            kafka_options=extra_kafka_options(parse_kafka_options(kafka_options), kafka),
             dlq_index=dlq_index,
         )
 
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
+
     def source_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka source for the wait topic: our defaults, then the user's."""
-        return {**self.sink_options(), **SOURCE_KAFKA_DEFAULTS, **self.kafka_options}
+        """Options of Spark's Kafka sources (the wait topic, the DLQ index): the endpoint and
+        security, our defaults, then the user's extra properties."""
+        return {**spark_kafka_options(self.kafka), **SOURCE_KAFKA_DEFAULTS, **self.kafka_options}
 
     def sink_options(self) -> dict[str, str]:
-        """Options of Spark's Kafka sink (the DLQ writes): the endpoint and the user's options."""
-        return {"kafka.bootstrap.servers": self.bootstrap_servers, **self.kafka_options}
+        """Options of Spark's Kafka sink (the DLQ and tombstone writes): the endpoint and
+        security, the user's extra properties, and the writers' durable settings (acks=all,
+        idempotent), which no option contradicts."""
+        return {**spark_kafka_options(self.kafka), **self.kafka_options,
+                **spark_producer_options()}
 
 
 def default_checkpoint_dir(group: str) -> str:
@@ -119,7 +138,8 @@ def default_checkpoint_dir(group: str) -> str:
 
 
 def parse_kafka_options(options: Iterable[str] | Mapping[str, str]) -> dict[str, str]:
-    """`kafka.<property>=<value>` strings (or a mapping) as a dict; ConfigError when malformed."""
+    """`kafka.<property>=<value>` strings (or a mapping) as a dict; ConfigError when malformed,
+    or when one carries a secret (`spark_jobs.kafka_options.secret_option`)."""
     pairs: Iterable[tuple[str, str]]
     if isinstance(options, Mapping):
         pairs = options.items()
@@ -127,6 +147,8 @@ def parse_kafka_options(options: Iterable[str] | Mapping[str, str]) -> dict[str,
         pairs = [_split_option(text) for text in options]
     parsed: dict[str, str] = {}
     for name, value in pairs:
+        if (refusal := secret_option(name, value)) is not None:
+            raise ConfigError(refusal)
         if not name.startswith("kafka.") or name == "kafka.":
             raise ConfigError(
                 f"Kafka option {name!r} must be a Kafka client property prefixed with 'kafka.', "

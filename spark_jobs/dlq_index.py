@@ -16,7 +16,7 @@ import base64
 import json
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -24,7 +24,6 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from connectors.dlq_index import DlqIndexRow, apply_index, index_row
 from dispatcher.dlq.session import KafkaSession
-from dispatcher.kafka.config import KafkaClientSettings
 from spark_jobs.config import ReconcileConfig
 from spark_jobs.executor_sink import worker_registry
 from spark_jobs.registry_link import registry_unavailable
@@ -120,8 +119,7 @@ def index_lag_s(outcome: IndexOutcome) -> float | None:
 def log_start_offsets(config: ReconcileConfig) -> dict[int, int]:
     """Each DLQ partition's log-start offset: the first record Kafka still has (retention and
     delete_records move it). ConsumeError when Kafka cannot tell."""
-    kafka = KafkaClientSettings(bootstrap_servers=config.bootstrap_servers,
-                                client_id="waitline-reconcile-dlq-index").kafka()
+    kafka = replace(config.kafka, client_id=f"{config.kafka.client_id}-dlq-index")
 
     async def read() -> dict[int, int]:
         async with KafkaSession(kafka) as session:

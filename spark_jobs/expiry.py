@@ -6,17 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from connectors.source import DLQ_MAX_REQUEST_BYTES, ExpiredWait, to_dlq, to_tombstone
+from connectors.source import ExpiredWait, to_dlq, to_tombstone
 
 T = TypeVar("T")
 
-# The DLQ must not lose an acknowledged record nor duplicate one on a producer retry; records
-# up to the size the pod's topics accept are sent (the client's default stops at 1 MiB).
-DLQ_PRODUCER_OPTIONS = {
-    "kafka.acks": "all",
-    "kafka.enable.idempotence": "true",
-    "kafka.max.request.size": str(DLQ_MAX_REQUEST_BYTES),
-}
 _HEADERS = "headers array<struct<key:string,value:binary>>"
 DLQ_SCHEMA = f"key binary, value binary, {_HEADERS}, topic string"
 # Each tombstone goes to its prepare's partition, named explicitly (Spark's sink takes a

@@ -62,7 +62,6 @@ from spark_jobs.dlq_index import (
 )
 from spark_jobs.executor_sink import BatchOutcome, SinkTarget, apply_on_executors, warm_workers
 from spark_jobs.expiry import (
-    DLQ_PRODUCER_OPTIONS,
     DLQ_SCHEMA,
     TOMBSTONE_SCHEMA,
     dlq_rows,
@@ -431,7 +430,6 @@ class ReconcileJob:
             self.spark.createDataFrame(rows, schema=schema)
             .write.format("kafka")
             .options(**self.config.sink_options())
-            .options(**DLQ_PRODUCER_OPTIONS)
             .save()
         )
 

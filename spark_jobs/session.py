@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from dispatcher.paths import spark_jars_dir
 from spark_jobs.class_archive import SHARED_ARCHIVE_OPTION, archive_java_option
+from spark_jobs.kafka_options import REDACTED_OPTIONS
 
 CACHE_ENV = "WAITLINE_CACHE_DIR"
 KAFKA_CONNECTOR_JAR_PREFIX = "spark-sql-kafka-0-10_"
@@ -50,6 +51,7 @@ DEFAULT_MASTER = "local[*]"
 # "Class-data sharing"); the long-running job keeps G1 for its shorter pauses.
 ONCE_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 GATEWAY_PORT_ENV = "PYSPARK_GATEWAY_PORT"
+REDACTION_OPTION = "spark.sql.redaction.options.regex"
 
 
 def default_jars_dir() -> Path:
@@ -153,6 +155,8 @@ def session_conf(settings: SparkSettings, connector: Connector) -> dict[str, str
         "spark.sql.adaptive.enabled": "false",
         # The job's own checkpoint is its state; Spark's temp checkpoints are never needed.
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        # Kafka's credentials and keys are options of the job's sources and sinks.
+        REDACTION_OPTION: REDACTED_OPTIONS,
     }
     if settings.driver_java_options is not None:
         conf["spark.driver.extraJavaOptions"] = settings.driver_java_options
@@ -194,4 +198,5 @@ def attach_session(log_level: str = "WARN") -> SparkSession:
     """The session spark-submit configured (master, jars, memory come from the cluster)."""
     spark = SparkSession.builder.appName(APP_NAME).getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    spark.conf.set(REDACTION_OPTION, REDACTED_OPTIONS)
     return spark

@@ -12,23 +12,17 @@ from __future__ import annotations
 
 import asyncio
 
-from dispatcher.kafka.config import KafkaClientSettings
-from dispatcher.kafka.topics import TopicConfig, ensure_topics
-from dispatcher.pod.settings import DEFAULT_DELETE_RETENTION_S
+from dispatcher.kafka.topics import DEFAULT_DELETE_RETENTION_S, TopicConfig, ensure_topics
 from spark_jobs.config import ReconcileConfig
-
-CLIENT_ID = "waitline-reconcile"
 
 
 def ensure_job_topics(config: ReconcileConfig, *, create_missing: bool) -> None:
     """Check the wait topic exists and the DLQ topic exists with the pod's settings, creating
     the DLQ when `create_missing`; TopicSetupError (one line) says what is missing or wrong.
     Kafka security settings come from the same WAITLINE_* variables as the pod's."""
-    kafka = KafkaClientSettings(bootstrap_servers=config.bootstrap_servers,
-                                client_id=CLIENT_ID).kafka()
     topics = TopicConfig(
         input_topics=(config.wait_topic,), group=config.group, wait_topic=config.wait_topic,
         dlq_topic=config.dlq_topic, result_topic=None, create_missing=create_missing,
         delete_retention_s=float(DEFAULT_DELETE_RETENTION_S),
     )  # fmt: skip
-    asyncio.run(ensure_topics(kafka, topics, with_wait_topic=False))
+    asyncio.run(ensure_topics(config.kafka, topics, with_wait_topic=False))

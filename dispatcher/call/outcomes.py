@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from dispatcher.call.contract import CallOutcome
+from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets
 from dispatcher.wire import Failure
 
 BODY_SNIPPET_CHARS = 512
@@ -26,8 +27,10 @@ DEADLINE_ERROR = "TimeoutError"
 
 
 def body_snippet(body: bytes, limit: int = BODY_SNIPPET_CHARS) -> str:
-    """The start of a response body as one line of text: at most `limit` characters and a marker."""
-    text = " ".join(body.decode("utf-8", errors="replace").split())
+    """The start of a response body as one line of text: at most `limit` characters and a
+    marker; secrets masked before the cut (an echoed token cut in two keeps no prefix)."""
+    head = body[: 4 * limit + MASK_LOOKAHEAD_CHARS].decode("utf-8", errors="replace")
+    text = " ".join(mask_secrets(head).split())
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(body)} bytes)"

@@ -4,28 +4,31 @@ A browser logs in once (`POST /login`, a token, or a name and password) and gets
 cookie (HttpOnly, SameSite=Strict) naming a random session id (`dispatcher.console.sessions`,
 kept in PostgreSQL); the session names the person, their role and its CSRF token, which every
 state-changing form sends back. Scripts send
-`Authorization: Bearer <token>` or basic auth on each request instead; the console never asks
-a browser for basic auth (no `WWW-Authenticate` challenge), so a browser never attaches those
-credentials by itself, and requests carrying them need no CSRF token. Secrets are compared in
-constant time and never logged or shown.
+`Authorization: Bearer <token>` or basic auth on each request instead. A browser never sends a
+bearer token by itself, so those requests need no CSRF token; but a browser that was once given
+basic credentials (typed into a URL, or for another page of the same host) attaches them to
+every request, a forged cross-site form's too, so a state change authenticated by basic auth
+needs the CSRF token as well: one derived from the name and password (scrypt, so the token
+shown in a page does not make the password quicker to guess), the same on every replica and in
+every page the console serves to that person. The console never asks for basic auth (no
+`WWW-Authenticate` challenge). Secrets are compared in constant time and never logged or shown.
 
 The login form itself is CSRF-protected too (login CSRF: a forged form would log a browser into
 an attacker's account): `GET /login` sets a random pre-session token in a SameSite=Strict,
 HttpOnly cookie and writes the same token into the form; `POST /login` is only looked at when
-the two match (double submit, compared in constant time). Failed logins are throttled per
-client address and per user name (`LoginThrottle`).
+the two match (double submit, compared in constant time). Failed logins are throttled
+(`dispatcher.console.throttle`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import hashlib
 import hmac
 import re
 import secrets
-import threading
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dispatcher.console.settings import ConsoleSettings, Role
@@ -35,11 +38,13 @@ LOGIN_COOKIE = "waitline_console_login"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
 _LOGIN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # token_urlsafe(32)
+_BASIC_CSRF_LABEL = b"waitline-console-basic-csrf:"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """An authenticated person or script; `csrf` is None when it authenticated per request."""
+    """An authenticated person or script; `csrf` is None when it authenticated by a bearer
+    token (a browser never sends one by itself)."""
 
     name: str
     role: Role
@@ -80,7 +85,9 @@ class Authenticator:
         if scheme.lower() == "bearer" and value:
             return self.by_token(value.strip())
         if (pair := _basic_pair(authorization)) is not None:
-            return self.by_password(*pair)
+            found = self.by_password(*pair)
+            return None if found is None else Principal(found.name, found.role,
+                                                        basic_csrf_token(*pair))
         return None
 
     @staticmethod
@@ -103,6 +110,15 @@ def _basic_pair(authorization: str) -> tuple[str, str] | None:
     return (name, password) if sep else None
 
 
+@functools.lru_cache(maxsize=64)
+def basic_csrf_token(name: str, password: str) -> str:
+    """The CSRF token of requests authenticated by basic auth as `name` (see the module
+    docstring); costly to derive once (scrypt), then remembered."""
+    digest = hashlib.scrypt(password.encode(), salt=_BASIC_CSRF_LABEL + name.encode(),
+                            n=2**14, r=8, p=1, dklen=32)
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 def new_login_token() -> str:
     """A pre-session CSRF token for the login form (its cookie and its hidden field)."""
     return secrets.token_urlsafe(32)
@@ -121,74 +137,8 @@ def login_csrf_ok(cookie: str | None, sent: str | None) -> bool:
 
 
 def csrf_ok(principal: Principal, sent: str | None) -> bool:
-    """Whether a state-changing request of `principal` carries its session's CSRF token
-    (per-request credentials need none)."""
+    """Whether a state-changing request of `principal` carries its CSRF token (a bearer
+    token's requests need none)."""
     if principal.csrf is None:
         return True
     return sent is not None and hmac.compare_digest(principal.csrf.encode(), sent.encode())
-
-
-@dataclass(slots=True)
-class _Failures:
-    count: int
-    last: float
-    locked_until: float
-
-
-class LoginThrottle:
-    """Failed logins per key (a client address, a user name): after `max_failures` failures
-    within `window_s` of each other, a key is locked out for `lockout_s`, doubling with each
-    further failure up to `max_lockout_s`. A success clears the keys it names.
-
-    Keys are kept in this process's memory, at most `max_keys` of them (the stalest go first),
-    so a flood of made-up names cannot grow it without bound; each console replica counts its
-    own failures, and a restart forgets them."""
-
-    def __init__(self, *, max_failures: int, window_s: float, lockout_s: float,
-                 max_lockout_s: float, max_keys: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._max_failures = max_failures
-        self._window_s = window_s
-        self._lockout_s = lockout_s
-        self._max_lockout_s = max_lockout_s
-        self._max_keys = max_keys
-        self._clock = clock
-        self._keys: dict[str, _Failures] = {}
-        self._lock = threading.Lock()
-
-    def retry_after(self, keys: Iterable[str]) -> float | None:
-        """Seconds until any of `keys` may try again, or None when none is locked out."""
-        now = self._clock()
-        with self._lock:
-            waits = [found.locked_until - now for key in keys
-                     if (found := self._keys.get(key)) is not None and found.locked_until > now]
-        return max(waits) if waits else None
-
-    def failed(self, keys: Iterable[str]) -> float | None:
-        """Count a failure against each key; returns the longest lock-out it started, if any."""
-        now = self._clock()
-        longest: float | None = None
-        with self._lock:
-            for key in keys:
-                found = self._keys.pop(key, None)  # re-inserted last: the dict stays by age
-                if found is None or now - max(found.last, found.locked_until) > self._window_s:
-                    found = _Failures(0, now, 0.0)
-                found.count += 1
-                found.last = now
-                over = found.count - self._max_failures
-                if over >= 0:
-                    lock = min(self._lockout_s * 2.0 ** over, self._max_lockout_s)
-                    found.locked_until = now + lock
-                    longest = lock if longest is None else max(longest, lock)
-                self._keys[key] = found
-            while len(self._keys) > self._max_keys:
-                del self._keys[next(iter(self._keys))]
-        return longest
-
-    def succeeded(self, keys: Iterable[str]) -> None:
-        with self._lock:
-            for key in keys:
-                self._keys.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._keys)

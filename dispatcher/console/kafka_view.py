@@ -42,14 +42,14 @@ async def group_lag(kafka: KafkaConfig, groups: list[str]) -> list[dict[str, Any
     except KafkaError as exc:
         raise ConsumeError(f"cannot read end offsets: {exc!r}") from exc
     finally:
-        await _stop(consumer)
+        await stop_consumer(consumer)
     return [{"group": group, "topic": tp.topic, "partition": tp.partition,
              "committed": meta.offset, "end": ends.get(tp, 0),
              "lag": max(ends.get(tp, 0) - meta.offset, 0)}
             for group, offsets in committed.items() for tp, meta in sorted(offsets.items())]
 
 
-async def _stop(consumer: AIOKafkaConsumer) -> None:
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
     """Stop `consumer`; a CancelledError that aiokafka's own tasks leak out of a quick stop is
     not ours to pass on (ours, when this task is being cancelled, is)."""
     try:

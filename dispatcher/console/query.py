@@ -8,6 +8,7 @@ at any depth and a record written meanwhile never shifts or repeats rows.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,11 @@ from dispatcher.errors import ConfigError
 
 PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
+MAX_PARTITION = 2**31 - 1  # the index's int4 and int8 columns
+MAX_OFFSET = 2**63 - 1
+_CURSOR = re.compile(r"([0-9]{1,19})\.([0-9]{1,10})\.([0-9]{1,19})")
+_MIN_MS = int(datetime(1970, 1, 1, tzinfo=UTC).timestamp() * 1000)
+_MAX_MS = int(datetime(9999, 1, 1, tzinfo=UTC).timestamp() * 1000)
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,14 @@ class Cursor:
 
     @classmethod
     def parse(cls, text: str) -> Cursor:
-        try:
-            ms, partition, offset = (int(part) for part in text.split("."))
-        except ValueError:
-            raise ConfigError(f"bad page cursor {text!r}") from None
+        """A cursor as `str` writes it; ConfigError (a 400) for any other text, a tampered one
+        with numbers out of range included."""
+        found = _CURSOR.fullmatch(text)
+        if found is None:
+            raise ConfigError("bad page cursor: follow the page's own link to the next page")
+        ms, partition, offset = (int(part) for part in found.groups())
+        if not (_in_range_ms(ms) and partition <= MAX_PARTITION and offset <= MAX_OFFSET):
+            raise ConfigError("bad page cursor: out of range")
         return cls(ms, partition, offset)
 
 
@@ -67,11 +77,13 @@ class DlqQuery:
         try:
             partition = values.get("original_partition")
             wait_id = values.get("wait_id")
-            limit = int(values.get("limit", PAGE_ROWS))
+            limit = min(_bounded(values.get("limit", str(PAGE_ROWS)), MAX_OFFSET),
+                        MAX_PAGE_ROWS)
             return cls(
                 exception=values.get("exception"), message=values.get("message"),
                 original_topic=values.get("original_topic"),
-                original_partition=None if partition is None else int(partition),
+                original_partition=(None if partition is None
+                                    else _bounded(partition, MAX_PARTITION)),
                 key=values.get("key"),
                 since_ms=_time_ms(values.get("since")), until_ms=_time_ms(values.get("until")),
                 wait_id=None if wait_id is None else uuid.UUID(wait_id),
@@ -149,7 +161,18 @@ _FIELDS = frozenset({"exception", "message", "original_topic", "original_partiti
 
 def _coordinates(text: str) -> DlqCoordinates:
     partition, _, offset = text.partition("/")
-    return DlqCoordinates(int(partition), int(offset))
+    return DlqCoordinates(_bounded(partition, MAX_PARTITION), _bounded(offset, MAX_OFFSET))
+
+
+def _bounded(text: str, highest: int) -> int:
+    """A decimal number from 0 to `highest`; ValueError otherwise."""
+    if not text.isascii() or not text.isdigit() or int(text) > highest:
+        raise ValueError(f"{text!r} is not a number from 0 to {highest}")
+    return int(text)
+
+
+def _in_range_ms(epoch_ms: int) -> bool:
+    return _MIN_MS <= epoch_ms < _MAX_MS
 
 
 def _like_escaped(text: str) -> str:
@@ -167,4 +190,10 @@ def _time_ms(text: str | None) -> int | None:
     at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
-    return int(at.timestamp() * 1000)
+    try:
+        epoch_ms = int(at.timestamp() * 1000)
+    except (OverflowError, ValueError):  # a time zone moved it past year 1 or 9999
+        epoch_ms = -1
+    if not _in_range_ms(epoch_ms):
+        raise ValueError(f"{text!r} is before 1970 or after 9998")
+    return epoch_ms

@@ -14,27 +14,32 @@ import html
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
 from dispatcher.console.auth import CSRF_FIELD, Principal
+from dispatcher.console.jsontext import PARSE_MAX_BYTES, pretty_json
 from dispatcher.console.redrive import PlannedRedrive
+from dispatcher.console.settings import MIN_RATE
 from dispatcher.dlq.audit import CLI_ROLE
 from dispatcher.dlq.records import DlqRecord
 from dispatcher.previews import preview_bytes
+from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets, mask_then_cut
 
 SHOWN_BYTES = 64 * 1024
-PRETTY_MAX_BYTES = 1024 * 1024
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+PRETTY_MAX_BYTES = PARSE_MAX_BYTES
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                      r"\ud800-\udfff]")  # and lone surrogates, which no page can encode
 
 
 def text(value: object) -> str:
-    """Any value as safe HTML text: escaped, control characters made visible."""
+    """Any value as safe HTML text: secrets masked, escaped, control characters made visible."""
     if value is None:
         return ""
     shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                         else f"\\u{ord(m.group()):04x}", str(value))
+                         else f"\\u{ord(m.group()):04x}", mask_secrets(str(value)))
     return html.escape(shown, quote=True)
 
 
@@ -60,7 +65,8 @@ def page(title: str, body: str, principal: Principal | None, *, nav: str = "") -
     links = "".join(
         f'<a href="{href}"{" class=current" if name == nav else ""}>{label}</a>'
         for name, href, label in (("overview", "/", "Overview"), ("dlq", "/dlq", "DLQ"),
-                                  ("redrives", "/redrives", "Redrives")))
+                                  ("redrives", "/redrives", "Redrives"), ("pods", "/pods", "Pods"),
+                                  ("trends", "/trends", "Trends")))
     return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
             f"<title>{text(title)} · Waitline console</title>"
             '<meta name=viewport content="width=device-width, initial-scale=1">'
@@ -102,7 +108,8 @@ def login_page(error: str | None, csrf: str) -> str:
 
 
 def overview_page(principal: Principal, dlq_topic: str, wait_topic: str,
-                  data: Mapping[str, Any], lag: Sequence[Mapping[str, Any]]) -> str:
+                  data: Mapping[str, Any], lag: Sequence[Mapping[str, Any]], *,
+                  arrivals_chart: str | None = None) -> str:
     depth = data["depth"]
     ages = table(["total", "not replayed", "this hour", "1 h - 1 d", "1 d - 7 d", "older"], [[
         text(depth["total"]), text(max(depth["total"] - data["replayed"], 0)),
@@ -112,8 +119,9 @@ def overview_page(principal: Principal, dlq_topic: str, wait_topic: str,
         [f'<a href="/dlq?{urlencode({"exception": row["exception"]})}">'
          f'{text(row["exception"])}</a>', text(row["records"])]
         for row in data["by_exception"]))
-    hours = table(["hour (UTC)", "arrivals"], ([when(row["hour"]), text(row["records"])]
-                                              for row in data["per_hour"]))
+    hours = arrivals_chart if arrivals_chart is not None else table(
+        ["hour (UTC)", "arrivals"], ([when(row["hour"]), text(row["records"])]
+                                     for row in data["per_hour"]))
     oldest = data["oldest"]
     oldest_html = "<p>The DLQ index is empty.</p>" if oldest is None else (
         f'<p>Oldest record: <a href="/dlq/record/{oldest["dlq_partition"]}/'
@@ -198,12 +206,45 @@ def dlq_page(principal: Principal, dlq_topic: str, params: Mapping[str, str],
     return page("DLQ", body, principal, nav="dlq")
 
 
+@dataclass(frozen=True)
+class Privacy:
+    """How a record page's payload is shown: redacted by the rules, or revealed whole (to an
+    operator, audited), the record's reveals so far, and the value's own size."""
+
+    redacted: bool = False
+    revealed: bool = False
+    reveals: Sequence[Mapping[str, Any]] = ()
+    value_bytes: int | None = None
+
+
+def privacy_block(principal: Principal, base: str, privacy: Privacy) -> str:
+    """The reveal controls (operators), what is shown, and the record's reveals."""
+    shown = ""
+    if privacy.revealed:
+        shown = (f'<p class="revealed" id=revealed>Shown whole to {text(principal.name)}; '
+                 "this reveal is in the audit.</p>")
+    elif privacy.redacted:
+        shown = ('<p class="redacted" id=redacted>Payload fields are redacted by the '
+                 "console's rules.</p>")
+        if principal.may_redrive:
+            shown += form(f"{base}/reveal", principal, (
+                '<button type=submit name=part value=record id=reveal>Reveal this record '
+                "(audited)</button><button type=submit name=part value=value "
+                "id=reveal-value>Download its whole value (audited)</button>"), css="reveal")
+    history = ""
+    if privacy.reveals:
+        history = "<h2>Reveals</h2>" + table(["revealed", "to", "what"], (
+            [when(r["revealed_at"]), text(f'{r["actor"]} ({r["role"]})'), text(r["part"])]
+            for r in privacy.reveals), css="reveals")
+    return shown + history
+
+
 def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
                 history: Mapping[str, Any] | None,
-                replays: Sequence[Mapping[str, Any]]) -> str:
+                replays: Sequence[Mapping[str, Any]], privacy: Privacy | None = None) -> str:
     at = record.coordinates
     entry = record.entry
-    summary = [("DLQ", f"{dlq_topic} {at}"), ("written", when(_at_ms(record.timestamp_ms)))]
+    summary = [("DLQ", text(f"{dlq_topic} {at}")), ("written", when(_at_ms(record.timestamp_ms)))]
     if entry is None:
         summary.append(("problem", text(record.problem)))
     else:
@@ -219,8 +260,9 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
     headers = table(["header", "value"], ([text(name), bytes_text(value)]
                                           for name, value in record.headers), css="headers")
     base = f"/dlq/record/{at.partition}/{at.offset}"
+    privacy = privacy or Privacy()
     value = (f"<h2>Key</h2>{value_block(record.key, base + '/key')}"
-             f"<h2>Value</h2>{value_block(record.value, base + '/value')}")
+             f"<h2>Value</h2>{value_block(record.value, base + '/value', privacy.value_bytes)}")
     trace = ""
     if entry is not None and entry.failure.stacktrace:
         trace = f"<h2>Stack trace</h2><pre class=trace>{text(entry.failure.stacktrace)}</pre>"
@@ -254,20 +296,19 @@ def record_page(principal: Principal, dlq_topic: str, record: DlqRecord, *,
                    " again, even if replayed before</label>"
                  + '<button type=submit id=redrive-one>Dry run: redrive this record…</button>')
         action = form("/redrives/plan", principal, inner, css="redrive")
-    body = facts + action + f"<h2>Headers</h2>{headers}" + value + trace + wait_html + replay_html
+    body = (facts + privacy_block(principal, base, privacy) + action
+            + f"<h2>Headers</h2>{headers}" + value + trace + wait_html + replay_html)
     return page(f"DLQ record {at}", body, principal, nav="dlq")
 
 
-def value_block(data: bytes | None, download: str) -> str:
-    """A value: JSON pretty-printed, else escaped text; a long one cut, with a download."""
+def value_block(data: bytes | None, download: str, whole_bytes: int | None = None) -> str:
+    """A value: JSON pretty-printed, else escaped text; a long one cut, with a download.
+    `whole_bytes`: the value's own size, when `data` is a redacted view of it."""
     if data is None:
         return "<p><em>(null)</em></p>"
-    size = f"{len(data):,} bytes"
+    size = f"{len(data) if whole_bytes is None else whole_bytes:,} bytes"
     if len(data) <= PRETTY_MAX_BYTES:
-        try:
-            pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
-        except (ValueError, UnicodeDecodeError):
-            pretty = None
+        pretty = pretty_json(data)  # duplicate members kept; too deep: not JSON here
         if pretty is not None and len(pretty) <= SHOWN_BYTES:
             return f"<p>{size}, JSON</p><pre class=value>{text(pretty)}</pre>"
     shown = data[:SHOWN_BYTES]
@@ -275,14 +316,18 @@ def value_block(data: bytes | None, download: str) -> str:
     if len(shown) < len(data):
         cut = (f'<p class=cut>Showing the first {len(shown):,} of {size}. '
                f'<a href="{text(download)}" download>Download all of it</a></p>')
-    return f"<p>{size}</p>{cut}<pre class=value>{bytes_text(shown)}</pre>"
+    longer = data[: len(shown) + MASK_LOOKAHEAD_CHARS].decode("utf-8", errors="backslashreplace")
+    head = mask_then_cut(longer, len(shown.decode("utf-8", errors="backslashreplace")))
+    return f"<p>{size}</p>{cut}<pre class=value>{text(head)}</pre>"  # masked, then cut
 
 
 def plan_page(principal: Principal, planned: PlannedRedrive, default_rate: float) -> str:
     plan = planned.plan
     count = len(plan.items)
-    by_target = table(["target topic", "records"], ([text(t), text(n)] for t, n in
-                                                    plan.by_target().most_common()))
+    refused = planned.refused_targets
+    by_target = table(["target topic", "records", "allowed"], (
+        [text(t), text(n), text(f"no: {refused[t]}" if t in refused else "yes")]
+        for t, n in plan.by_target().most_common()), css="targets")
     skipped = table(["left alone", "records"], [
         ["already replayed", text(plan.already_replayed)],
         ["same wait id as another selected record", text(plan.duplicate_wait_id)],
@@ -295,12 +340,14 @@ def plan_page(principal: Principal, planned: PlannedRedrive, default_rate: float
          text(row.exception), text(row.message), text(preview_bytes(row.key, 60)),
          text(row.value_preview)] for row in plan.preview), css="records")
     confirm = ""
-    if count:
+    if planned.refusal is not None:
+        confirm = f'<p class="error" id=refusal>{text(planned.refusal)}</p>'
+    elif count:
         inner = (f'<input type=hidden name=plan_id value="{text(planned.plan_id)}">'
                  f'<label>Type {count} to confirm <input name=confirm id=confirm-count '
                  'inputmode=numeric autocomplete=off></label>'
                  f'<label>Rate cap (records/s) <input name=rate id=rate type=number '
-                 f'step=any min=0.1 value="{text(default_rate)}"></label>'
+                 f'step=any min="{MIN_RATE:g}" value="{text(default_rate)}"></label>'
                  '<button type=submit id=start-redrive class=danger>Redrive</button>')
         confirm = form("/redrives", principal, inner, css="confirm")
     body = (f'<p class=dry-run>Dry run: <strong id=planned-count>{count}</strong> records would '
@@ -327,7 +374,7 @@ def redrives_page(principal: Principal, rows: Sequence[Mapping[str, Any]]) -> st
 
 
 def redrive_page(principal: Principal, audit: Mapping[str, Any],
-                 live: Mapping[str, Any] | None) -> str:
+                 live: Mapping[str, Any] | None, chart: str = "") -> str:
     state = live["state"] if live else audit["state"]
     sent = live["sent"] if live else audit["sent"]
     replay_id = str(audit["replay_id"])
@@ -346,7 +393,7 @@ def redrive_page(principal: Principal, audit: Mapping[str, Any],
         text(json.dumps(audit["filter"].get("filter", {}))),
         text(audit["target_topic"] or "original"), "yes" if audit["forced"] else "no",
         text(audit["rate_cap"]), when(audit["finished_at"])]])
-    return page(f"Redrive {replay_id}", progress + controls + facts, principal,
+    return page(f"Redrive {replay_id}", progress + controls + facts + chart, principal,
                 nav="redrives")
 
 

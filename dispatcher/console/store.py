@@ -1,5 +1,10 @@
 """The console's PostgreSQL reads and writes: the DLQ index, the wait registry, the job's last
-cycle, and the redrive audit. A few connections are kept open and shared by requests."""
+cycle, and the redrive audit. A few connections are kept open and shared by requests.
+
+The console keeps two pools (`dispatcher.console.app.Console`): one for pages and searches, and
+a small one for what a login needs (sessions, the login throttle), so searches that queue up
+cannot stall a login. Each statement ends after the console's `statement_timeout_s` (set on
+every connection): a slow search answers an error instead of holding its connection."""
 
 from __future__ import annotations
 
@@ -20,13 +25,19 @@ from dispatcher.dsn import describe_dsn, first_line
 from dispatcher.errors import RegistryError
 
 POOL_SIZE = 4
+LOGIN_POOL_SIZE = 2
 
 
 class Store:
-    """A small pool of async connections to the registry database."""
+    """A small pool of async connections to the registry database; `statement_timeout_s`
+    (None: PostgreSQL's own) applies to connections opened after it is set."""
 
-    def __init__(self, dsn: str, size: int = POOL_SIZE) -> None:
+    def __init__(self, dsn: str, size: int = POOL_SIZE, *, name: str = "waitline-console",
+                 statement_timeout_s: float | None = None) -> None:
+        self.dsn = dsn
+        self.statement_timeout_s = statement_timeout_s
         self._dsn = dsn
+        self._name = name
         self._size = size
         self._idle: asyncio.Queue[psycopg.AsyncConnection[dict[str, Any]]] = asyncio.Queue()
         self._opened = 0
@@ -39,7 +50,10 @@ class Store:
             try:
                 conn = await psycopg.AsyncConnection.connect(
                     self._dsn, autocommit=True, row_factory=dict_row, connect_timeout=10,
-                    application_name="waitline-console")
+                    application_name=self._name)
+                if self.statement_timeout_s is not None:
+                    await conn.execute(f"SET statement_timeout = "
+                                       f"{max(1, round(self.statement_timeout_s * 1000))}")
             except psycopg.Error as exc:
                 self._opened -= 1
                 raise RegistryError(f"cannot reach {describe_dsn(self._dsn)}: "
@@ -49,6 +63,10 @@ class Store:
         conn = await self._idle.get()
         try:
             yield conn
+        except psycopg.errors.QueryCanceled as exc:
+            raise RegistryError(f"{describe_dsn(self._dsn)} did not answer within "
+                                f"{self.statement_timeout_s:g} s (the console's statement "
+                                "timeout)") from exc
         except psycopg.Error as exc:
             if conn.closed or conn.broken:
                 self._forget(conn)
@@ -114,10 +132,11 @@ _BY_EXCEPTION = """
 SELECT exception, sum(records)::bigint AS records FROM dlq_hourly WHERE dlq_topic = %s
 GROUP BY 1 HAVING sum(records) > 0 ORDER BY 2 DESC LIMIT 50
 """
+# Per hour and error class (the overview's chart); the hours' totals are summed from it.
 _PER_HOUR = """
-SELECT hour, sum(records)::bigint AS records FROM dlq_hourly
-WHERE dlq_topic = %s AND hour > now() - interval '24 hours'
-GROUP BY 1 HAVING sum(records) > 0 ORDER BY 1
+SELECT hour, exception, records FROM dlq_hourly
+WHERE dlq_topic = %s AND hour > now() - interval '24 hours' AND records > 0
+ORDER BY hour, exception
 """
 _OLDEST = """
 SELECT dlq_partition, dlq_offset, dlq_timestamp, exception FROM dlq_record
@@ -150,8 +169,16 @@ async def overview(store: Store, dlq_topic: str, wait_topic: str) -> dict[str, A
         store.fetch(_LAST_CYCLE, [dlq_topic]),
     )  # fmt: skip
     return {"depth": counts[0], "replayed": replayed[0]["n"], "by_exception": by_exception,
-            "per_hour": per_hour, "oldest": oldest[0] if oldest else None,
+            "per_hour": _hour_totals(per_hour), "per_hour_by_class": per_hour,
+            "oldest": oldest[0] if oldest else None,
             "waits": waits[0], "last_cycle": cycle[0] if cycle else None}
+
+
+def _hour_totals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    totals: dict[Any, int] = {}
+    for row in rows:
+        totals[row["hour"]] = totals.get(row["hour"], 0) + int(row["records"])
+    return [{"hour": hour, "records": records} for hour, records in totals.items()]
 
 
 async def index_row(store: Store, dlq_topic: str, partition: int,

@@ -91,10 +91,10 @@ class AuditedReplay:
         self._dlq_topic = dlq_topic
         self.sent = 0
 
-    def paused(self) -> bool:
+    def will_wait(self) -> bool:
         return False
 
-    async def admit(self) -> bool:
+    async def admit(self) -> bool | None:
         return True
 
     async def committed(self, entries: Sequence[LedgerEntry]) -> None:

@@ -3,7 +3,8 @@
 The DLQ is `--dlq-topic`, else `<--group>.dlq`. Kafka is `--bootstrap-servers`, else
 WAITLINE_BOOTSTRAP_SERVERS, else the local stack's; security settings come from the same
 WAITLINE_* variables as the pod's (WAITLINE_SECURITY_PROTOCOL, WAITLINE_SASL_MECHANISM, ...).
-Tables are for people, `--json` for scripts; scans draw a progress bar on a terminal (stderr).
+Tables are for people, `--output json` for scripts (one JSON object per line: a record, a
+summary, a report); scans draw a progress bar on a terminal (stderr).
 Exit codes: 0 done, 1 Kafka failed or the operator declined, 2 bad input (flags, a missing topic,
 a record that is not there). How a record is kept from being replayed twice: `dispatcher.dlq.plan`.
 
@@ -11,12 +12,14 @@ a record that is not there). How a record is kept from being replayed twice: `di
 the tables the console's "replayed" filter and record detail read) whenever a registry is
 configured (`--dsn`, WAITLINE_PG_DSN, or the local stack's); `--audit` insists on it,
 `--no-audit` skips it. An unreachable registry stops the replay before anything is sent.
+`replay` writes each record to its original topic, `--to-topic` only to a topic named in
+WAITLINE_REPLAY_TOPICS, and never to the DLQ, its ledger, the wait topic or a `__` topic
+(`dispatcher.dlq.targets`, the console's policy too); a refused target is one line, exit 2.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -43,6 +46,7 @@ from dispatcher.dlq.records import (
 from dispatcher.dlq.replay import ReplayOutcome, execute_replay
 from dispatcher.dlq.rows import DlqRow, DlqStats, OldestFirst
 from dispatcher.dlq.session import KafkaSession
+from dispatcher.dlq.targets import ReplayTargets
 from dispatcher.dlq.views import (
     ProgressBar,
     detail_json,
@@ -54,7 +58,8 @@ from dispatcher.dlq.views import (
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import EndpointNotConfiguredError, resolve_pg_dsn
 from dispatcher.errors import ConfigError, TopicSetupError, WaitlineError
-from dispatcher.kafka.config import KafkaClientSettings
+from dispatcher.kafka.config import KafkaConfig, load_kafka_config
+from dispatcher.kafka.preflight import check_kafka_access
 from dispatcher.output import OutputFormat, OutputOption, echo_json_lines
 
 app = typer.Typer(help="Inspect and replay the records a dispatcher sent to its DLQ.",
@@ -92,8 +97,6 @@ SinceOption = Annotated[
     typer.Option("--since", help="Only records written to the DLQ in the last DURATION, "
                                  "e.g. 2h."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of "
-                                                          "tables.")]
 
 
 def _console() -> Console:
@@ -119,14 +122,14 @@ def _run(command: Callable[[KafkaSession], Awaitable[T]], bootstrap_servers: str
     """Run `command` in a Kafka session; a WaitlineError prints one line and exits 1 or 2."""
     logging.getLogger("asyncio").addFilter(_FENCED_LEFTOVERS)  # adding it twice adds it once
 
-    async def in_session() -> T:
-        settings = KafkaClientSettings(bootstrap_servers=bootstrap_servers,
-                                       client_id="waitline-dlq")
-        async with KafkaSession(settings.kafka()) as session:
+    async def in_session(kafka: KafkaConfig) -> T:
+        await check_kafka_access(kafka)  # a refused login or certificate: one line, fast
+        async with KafkaSession(kafka) as session:
             return await command(session)
 
     try:
-        return asyncio.run(in_session())
+        return asyncio.run(in_session(load_kafka_config(bootstrap_servers,
+                                                        client_id="waitline-dlq")))
     except WaitlineError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2 if isinstance(exc, ConfigError | TopicSetupError) else 1) from exc
@@ -168,7 +171,6 @@ def list_records(
                                                       "not cut to the terminal.")] = False,
     bootstrap_servers: BootstrapOption = None,
     output: OutputOption = OutputFormat.TABLE,
-    as_json: JsonOption = False,
 ) -> None:
     """List DLQ records, oldest first, with failure and origin."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
@@ -187,13 +189,8 @@ def list_records(
 
     rows, scanned = _run(collect, bootstrap_servers)
     shown = rows.items()
-    if output is OutputFormat.JSON:
+    if output is OutputFormat.JSON:  # one object per record shown
         echo_json_lines(row.to_json() for row in shown)
-        return
-    if as_json:
-        typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
-                               "scanned": scanned, "matching": rows.offered,
-                               "records": [row.to_json() for row in shown]}, indent=2))
         return
     console = Console(highlight=False, width=max(_console().width, 200)) if wide else _console()
     if not shown:
@@ -222,7 +219,7 @@ def show(
     value_bytes: Annotated[int, typer.Option("--value-bytes", min=0, help="How much of the "
                                              "value to print (JSON has all of it).")] = 2048,
     bootstrap_servers: BootstrapOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Show one DLQ record in full, value and stack trace included."""
     topic, wait_filter = _inputs(group, dlq_topic, None, None, [wait_id] if wait_id else None,
@@ -244,9 +241,9 @@ def show(
         return found, ledger
 
     records, ledger = _run(find, bootstrap_servers)
-    if as_json:
-        details = [detail_json(topic, record, ledger.replays_of(record)) for record in records]
-        typer.echo(json.dumps(details[0] if by_position else details, indent=2))
+    if output is OutputFormat.JSON:  # one object per record: one by position
+        echo_json_lines(detail_json(topic, record, ledger.replays_of(record))
+                        for record in records)
         return
     console = _console()
     for record in records:
@@ -263,7 +260,6 @@ def stats(
     since: SinceOption = None,
     bootstrap_servers: BootstrapOption = None,
     output: OutputOption = OutputFormat.TABLE,
-    as_json: JsonOption = False,
 ) -> None:
     """Count DLQ records by exception and original topic."""
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, None, since)
@@ -279,13 +275,9 @@ def stats(
         return totals
 
     totals = _run(count, bootstrap_servers)
-    if output is OutputFormat.JSON:
+    if output is OutputFormat.JSON:  # one summary
         echo_json_lines([{"dlq_topic": topic, "filter": dlq_filter.describe(),
                           **totals.to_json()}])
-        return
-    if as_json:
-        typer.echo(json.dumps({"dlq_topic": topic, "filter": dlq_filter.describe(),
-                               **totals.to_json()}, indent=2))
         return
     console = _console()
     summary = totals.to_json()
@@ -317,7 +309,8 @@ def replay_records(
     wait_id: WaitIdOption = None,
     since: SinceOption = None,
     to_topic: Annotated[str | None, typer.Option(
-        "--to-topic", help="Replay here instead of each record's original topic.")] = None,
+        "--to-topic", help="Replay here instead of each record's original topic; only a topic "
+                           "named in WAITLINE_REPLAY_TOPICS (comma-separated).")] = None,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Replay at most this many matching records, the oldest.")] = None,
     include_replayed: Annotated[bool, typer.Option(
@@ -337,10 +330,12 @@ def replay_records(
         "--dsn", help="PostgreSQL DSN of the registry (default: WAITLINE_PG_DSN, then the "
                       "local stack's).")] = None,
     bootstrap_servers: BootstrapOption = None,
-    as_json: JsonOption = False,
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """Write DLQ records back to their topic, each wait id once."""
+    as_json = output is OutputFormat.JSON  # one report
     topic, dlq_filter = _inputs(group, dlq_topic, exception, original_topic, wait_id, since)
+    targets = _replay_targets(topic, to_topic)
     request = ReplayRequest(dlq_filter=dlq_filter, to_topic=to_topic,
                             include_replayed=include_replayed, limit=limit, force=force)
     console = _console()
@@ -353,7 +348,13 @@ def replay_records(
 
     async def plan_only(session: KafkaSession) -> ReplayPlan:
         with ProgressBar() as progress:
-            return await session.plan_replay(topic, request, PREVIEW_ROWS, progress)
+            plan = await session.plan_replay(topic, request, PREVIEW_ROWS, progress,
+                                             require_targets=False)
+        if refused := targets.refusals(plan.by_target(), chosen=to_topic is not None):
+            raise ConfigError(targets.refused_line(refused))
+        for target in plan.by_target():
+            await session.require_topic(target, "target")
+        return plan
 
     def execute(plan: ReplayPlan) -> Callable[[KafkaSession], Awaitable[ReplayOutcome]]:
         async def run(session: KafkaSession) -> ReplayOutcome:
@@ -389,6 +390,20 @@ def replay_records(
     if outcome is not None and audit is None and audit_dsn is None:
         typer.echo("note: this replay is not recorded for the console (no registry configured: "
                    "--dsn or WAITLINE_PG_DSN); `--no-audit` silences this", err=True)
+
+
+def _replay_targets(dlq_topic: str, to_topic: str | None) -> ReplayTargets:
+    """Where a replay of `dlq_topic` may write (`dispatcher.dlq.targets`); a `--to-topic` off
+    the allowlist, or an allowlist naming a topic never written, prints one line and exits 2
+    before Kafka is asked anything."""
+    try:
+        targets = ReplayTargets.for_command(dlq_topic)
+        if to_topic is not None:
+            targets.require_chosen("--to-topic", to_topic)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return targets
 
 
 def _audit_dsn(audit: bool | None, dsn: str | None) -> str | None:

@@ -67,12 +67,14 @@ class ReplayControl(Protocol):
     commit_every_s: float
     """Commit the open transaction at least this often, so progress shows at a low rate."""
 
-    def paused(self) -> bool:
-        """True while paused: the open transaction is committed before `admit` waits, so a
-        long pause holds no transaction open (the broker would abort it at its timeout)."""
+    def will_wait(self) -> bool:
+        """True when `admit` would hold the next record longer than `commit_every_s` (a
+        pause, a slow rate): the open transaction is committed first, so no transaction stays
+        open however long the wait (the broker would abort it at its timeout)."""
 
-    async def admit(self) -> bool:
-        """Wait until the next record may be sent (rate cap, pause); False: abort now."""
+    async def admit(self) -> bool | None:
+        """Wait until the next record may be sent (rate cap, pause): True; False: abort now;
+        None: the control changed while waiting (paused, resumed), ask again."""
 
     async def committed(self, entries: Sequence[LedgerEntry]) -> None:
         """Told the ledger entries of each committed transaction, in order."""
@@ -101,12 +103,9 @@ async def execute_replay(
         try:
             async with aclosing(session.scan_planned(dlq_topic, plan, observer)) as scan:
                 async for item, record in scan:
-                    if control is not None:
-                        if control.paused():
-                            await writer.commit()
-                        if not await control.admit():
-                            aborted = True
-                            break
+                    if control is not None and not await _admitted(control, writer):
+                        aborted = True
+                        break
                     await writer.add(item, record)
             await writer.commit()  # also on abort: what was sent is kept and counted
         except BaseException:
@@ -116,6 +115,17 @@ async def execute_replay(
         return ReplayOutcome(plan, writer.replayed, vanished=vanished, aborted=aborted)
     finally:
         await stop_quietly(producer)
+
+
+async def _admitted(control: ReplayControl, writer: _ReplayWriter) -> bool:
+    """Whether `control` lets the next record go (False: abort), committing the open
+    transaction before any long wait."""
+    while True:
+        if control.will_wait():
+            await writer.commit()
+        admitted = await control.admit()
+        if admitted is not None:
+            return admitted
 
 
 class _ReplayWriter:

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from dispatcher.dlq.ledger import ReplayLedger
 from dispatcher.dlq.records import DlqCoordinates, DlqRecord, format_time_ms
 from dispatcher.previews import preview_bytes
+from dispatcher.secrets import mask_secrets
 from dispatcher.wire import encode_original_key
 
 T = TypeVar("T")
@@ -81,8 +82,8 @@ class DlqRow:
             "dlq_offset": self.coordinates.offset,
             "time": format_time_ms(self.timestamp_ms),
             "malformed": self.exception is None,
-            "exception": self.exception,
-            "message": self.message,
+            "exception": None if self.exception is None else mask_secrets(self.exception),
+            "message": mask_secrets(self.message),  # shown: masked (previews mask themselves)
             "original_topic": self.original_topic,
             "original_partition": self.original_partition,
             "original_offset": self.original_offset,

@@ -170,11 +170,13 @@ class KafkaSession:
         return found[0]
 
     async def plan_replay(
-        self, dlq_topic: str, request: ReplayRequest, preview_limit: int, observer: ScanObserver
+        self, dlq_topic: str, request: ReplayRequest, preview_limit: int, observer: ScanObserver,
+        *, require_targets: bool = True,
     ) -> ReplayPlan:
         """What a replay would do now: read the ledger, scan the DLQ, decide record by record;
-        TopicSetupError when a target topic does not exist."""
-        if request.to_topic is not None:
+        TopicSetupError when a target topic does not exist (unless not `require_targets`: the
+        caller vets the targets first, as the console does)."""
+        if request.to_topic is not None and require_targets:
             await self.require_topic(request.to_topic, "target")
         planner = ReplayPlanner(request, await self.read_ledger(dlq_topic, observer),
                                 preview_limit)
@@ -183,7 +185,7 @@ class KafkaSession:
             async for record in scan:
                 planner.consider(record)
         plan = planner.plan()
-        for target in plan.by_target():
+        for target in plan.by_target() if require_targets else ():
             await self.require_topic(target, "target")
         return plan
 

@@ -1,10 +1,11 @@
 """How `waitline dlq` shows things to people: tables, record details, replay reports, and a
-progress bar while a scan runs."""
+progress bar while a scan runs. Every text shown is masked first (`dispatcher.secrets`: this
+process's registered secrets and the patterns), then cut; JSON output too, where a text
+(`{"utf8": …}`) is masked. The records in Kafka, and what a replay copies, are untouched."""
 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from types import TracebackType
 from typing import Any
@@ -33,7 +34,9 @@ from dispatcher.dlq.records import (
 )
 from dispatcher.dlq.replay import ReplayOutcome
 from dispatcher.dlq.rows import DlqRow
+from dispatcher.output import echo_json_lines
 from dispatcher.previews import preview_bytes
+from dispatcher.secrets import MASK_LOOKAHEAD_CHARS, mask_secrets, mask_then_cut
 
 app = typer.Typer(help="Inspect and replay DLQ records.", no_args_is_help=True,
                   add_completion=False)
@@ -75,8 +78,8 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
                         declined: bool) -> None:
     """What a replay planned and did; `outcome` is None when nothing was executed."""
     replayed = outcome.replayed if outcome else Counter[str]()
-    if as_json:
-        typer.echo(json.dumps({
+    if as_json:  # one report, one line
+        echo_json_lines([{
             "dlq_topic": topic,
             "filter": dlq_filter.describe(),
             "dry_run": dry_run,
@@ -94,7 +97,7 @@ def print_replay_report(console: Console, topic: str, dlq_filter: DlqFilter, pla
             "over_limit": plan.over_limit,
             "vanished": outcome.vanished if outcome else 0,
             "preview": [row.to_json() for row in plan.preview],
-        }, indent=2))
+        }])
         return
     if declined:
         console.print("not replayed")
@@ -188,6 +191,18 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
+def _shown_json(data: bytes | None) -> dict[str, str] | None:
+    """`bytes_json` with a text's secrets masked (base64 of binary bytes stays as it is)."""
+    shown = bytes_json(data)
+    if shown is not None and "utf8" in shown:
+        return {"utf8": mask_secrets(shown["utf8"])}
+    return shown
+
+
+def _masked(text: str | None) -> str | None:
+    return None if text is None else mask_secrets(text)
+
+
 def detail_json(topic: str, record: DlqRecord, replays: list[LedgerEntry]) -> dict[str, Any]:
     entry = record.entry
     detail: dict[str, Any] = {
@@ -196,18 +211,18 @@ def detail_json(topic: str, record: DlqRecord, replays: list[LedgerEntry]) -> di
         "dlq_offset": record.coordinates.offset,
         "time": format_time_ms(record.timestamp_ms),
         "malformed": entry is None,
-        "problem": record.problem,
-        "dlq_headers": [[name, bytes_json(value)] for name, value in record.headers],
+        "problem": _masked(record.problem),
+        "dlq_headers": [[name, _shown_json(value)] for name, value in record.headers],
         "replays": [_replay_json(replayed) for replayed in replays],
     }
     if entry is None:
-        detail.update(key=bytes_json(record.key), value=bytes_json(record.value))
+        detail.update(key=_shown_json(record.key), value=_shown_json(record.value))
         return detail
     source = entry.source
     detail.update(
-        exception=entry.failure.exception,
-        message=entry.failure.message,
-        stacktrace=entry.failure.stacktrace,
+        exception=mask_secrets(entry.failure.exception),
+        message=mask_secrets(entry.failure.message),
+        stacktrace=_masked(entry.failure.stacktrace),
         group=entry.group,
         wait_id=None if entry.wait_id is None else str(entry.wait_id),
         original={
@@ -215,9 +230,9 @@ def detail_json(topic: str, record: DlqRecord, replays: list[LedgerEntry]) -> di
             "partition": source.partition,
             "offset": source.offset,
             "timestamp": format_time_ms(source.timestamp_ms),
-            "key": bytes_json(source.key),
-            "headers": [[name, bytes_json(value)] for name, value in source.headers],
-            "value": bytes_json(source.value),
+            "key": _shown_json(source.key),
+            "headers": [[name, _shown_json(value)] for name, value in source.headers],
+            "value": _shown_json(source.value),
         },
     )
     return detail
@@ -236,7 +251,7 @@ def print_detail(console: Console, topic: str, record: DlqRecord, replays: list[
     facts.add_column(overflow="fold")
 
     def fact(label: str, text: str) -> None:
-        facts.add_row(label, escape(text))
+        facts.add_row(label, escape(mask_secrets(text)))
 
     fact("written", format_time_ms(record.timestamp_ms))
     entry = record.entry
@@ -262,10 +277,17 @@ def print_detail(console: Console, topic: str, record: DlqRecord, replays: list[
     console.print(facts)
     if entry is not None and entry.failure.stacktrace:
         console.print("[bold]stack trace[/bold]")
-        console.print(escape(entry.failure.stacktrace))
+        console.print(escape(mask_secrets(entry.failure.stacktrace)))
     console.print(f"[bold]value[/bold] ({_describe_size(value)})")
     if value:
         console.print(escape(_value_text(value, value_bytes)))
+
+
+def _masked_head(value: bytes, head: str) -> str:
+    """`head`, the start of `value`'s text, masked over a longer stretch so that a secret the
+    cut runs through is masked whole; then cut back to `head`'s length."""
+    longer = value[: len(head.encode()) + MASK_LOOKAHEAD_CHARS].decode("utf-8", errors="replace")
+    return mask_then_cut(longer, len(head))
 
 
 def _describe_size(data: bytes | None) -> str:
@@ -286,14 +308,15 @@ def _describe_bytes(data: bytes | None) -> str:
 
 
 def _value_text(value: bytes, limit: int) -> str:
-    """Up to `limit` bytes of `value`: the text when it is UTF-8, else a hex dump."""
+    """Up to `limit` bytes of `value`: the text when it is UTF-8 (secrets masked before the
+    cut), else a hex dump."""
     head = value[:limit]
     cut = "" if len(head) == len(value) else f"\n… ({len(value) - len(head)} more bytes)"
     try:
-        return head.decode("utf-8") + cut
+        return _masked_head(value, head.decode("utf-8")) + cut
     except UnicodeDecodeError as exc:
         if len(head) < len(value) and exc.reason == "unexpected end of data":
-            return head[: exc.start].decode("utf-8", errors="replace") + cut
+            return _masked_head(value, head[: exc.start].decode("utf-8")) + cut
     lines = []
     for start in range(0, len(head), 16):
         chunk = head[start : start + 16]

@@ -279,6 +279,16 @@ class Circuit:
         """True while half-open: a record given a call slot now is a probe record."""
         return self._breaker.state is CircuitState.HALF_OPEN
 
+    @property
+    def state(self) -> CircuitState:
+        """The state as last entered (read without moving it: an open circuit whose time is up
+        turns half-open when the window next asks)."""
+        return self._breaker.state
+
+    @property
+    def config(self) -> BreakerConfig:
+        return self._breaker.config
+
     def takes_back(self, outcome: CallOutcome) -> bool:
         """Whether a probe record that ended with `outcome` goes back to the call line: its
         deadline ran out (every attempt failed to answer for its health) and the circuit is

@@ -121,6 +121,7 @@ class RateGate:
     """Calls start at most at `limit`; `token` waits for the next one in arrival order."""
 
     def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
         self._bucket = TokenBucket(limit, monotonic_s())
         self._turn = asyncio.Lock()
 

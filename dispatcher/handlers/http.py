@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,8 +40,12 @@ SUMMARY_READ_BYTES = 64 * 1024
 class AiohttpHandler:
     """Sends each record as one HTTP request; the answer's body is the result record."""
 
-    def __init__(self, config: HttpHandlerConfig) -> None:
+    def __init__(self, config: HttpHandlerConfig, *,
+                 connector: Callable[[], aiohttp.BaseConnector] | None = None) -> None:
+        """`connector` makes the connection pool (by default a keep-alive TCP pool of
+        `max_connections`); the simulator hands it an in-memory one."""
         self.config = config
+        self._connector = connector
         self._exchange = HttpExchange(config)
         self._session: aiohttp.ClientSession | None = None
         self._read_limit = (SUMMARY_READ_BYTES if config.result is HttpResult.CALL_SUMMARY
@@ -51,8 +56,10 @@ class AiohttpHandler:
         return f"AiohttpHandler({self.config.method} {self.config.url})"
 
     async def __aenter__(self) -> Self:
-        self._session = pooled_session(self.config.max_connections, self.config.connect_timeout,
-                                       self.config.ssl_context() or True)
+        self._session = pooled_session(
+            self.config.max_connections, self.config.connect_timeout,
+            self.config.ssl_context() or True,
+            connector=None if self._connector is None else self._connector())
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
@@ -81,10 +88,13 @@ class AiohttpHandler:
 
 
 def pooled_session(max_connections: int, connect_timeout_s: float,
-                   ssl: ssl_module.SSLContext | bool = True) -> aiohttp.ClientSession:
-    """A keep-alive pool of `max_connections` (0: unbounded) to any host. Only connecting gets
-    its own bound: the pod's deadline bounds the whole call."""
-    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ssl=ssl)
+                   ssl: ssl_module.SSLContext | bool = True, *,
+                   connector: aiohttp.BaseConnector | None = None) -> aiohttp.ClientSession:
+    """A keep-alive pool of `max_connections` (0: unbounded) to any host (or `connector`'s
+    connections). Only connecting gets its own bound: the pod's deadline bounds the whole
+    call."""
+    if connector is None:
+        connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ssl=ssl)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),

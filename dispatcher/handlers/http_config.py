@@ -7,6 +7,9 @@ Every field is a `WAITLINE_HTTP_<FIELD>` variable (or a keyword argument from Py
 - `METHOD` (POST), `CONTENT_TYPE` (application/json), `HEADERS` (static extra headers, JSON
   object), `FORWARD_HEADERS` (record headers sent on, by name, comma-separated);
 - `BEARER_TOKEN`, or `BASIC_USERNAME` + `BASIC_PASSWORD`: secrets, never logged or shown;
+- `SECRET_HEADERS`: names of `HEADERS` whose values are secrets (comma-separated), on top of
+  those whose names say so (`Authorization`, `Cookie`, anything with key, token, secret,
+  password or auth): their values are masked like the other secrets;
 - `CA_BUNDLE`, `CLIENT_CERT` (+ `CLIENT_KEY`): TLS trust and client certificate files;
 - `SUCCESS_STATUSES` (2xx) and `RETRY_STATUSES` (408,429,5xx): status codes or classes, comma-
   separated; every other status is a permanent failure;
@@ -21,6 +24,11 @@ Every field is a `WAITLINE_HTTP_<FIELD>` variable (or a keyword argument from Py
 `--counterparty-url URL` is a preset of this handler (`counterparty_url_preset`): `URL` taken
 literally (not a template), `POST`, `MAX_CONNECTIONS` the pod's window and `RESULT`
 `call-summary`; every other `WAITLINE_HTTP_*` variable (auth, TLS, headers, statuses) applies.
+
+Secrets register for masking as they are validated (`dispatcher.secret_settings`): the bearer
+token, the basic password and pair, the secret headers' values, and the URL's userinfo
+password and secret-looking query values. `URL`, `HEADERS`, `BEARER_TOKEN` and
+`BASIC_PASSWORD` may each be given as a file, `WAITLINE_HTTP_<FIELD>_FILE`.
 """
 
 from __future__ import annotations
@@ -31,11 +39,13 @@ import string
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import NoDecode, SettingsConfigDict
 from yarl import URL
 
 from dispatcher.errors import ConfigError, config_error
+from dispatcher.secret_settings import FILE_FORM, Secret, SecretUrl, WaitlineSettings
+from dispatcher.secrets import redact_url, register_basic_auth, register_headers
 
 __all__ = [
     "HttpHandlerConfig",
@@ -80,20 +90,21 @@ def _comma_list(value: Any) -> Any:
     return value
 
 
-class HttpHandlerConfig(BaseSettings):
+class HttpHandlerConfig(WaitlineSettings):
     """How the built-in HTTP handler calls the counterparty (validated; secrets hidden)."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True,
                                       hide_input_in_errors=True)
 
-    url: str
+    url: SecretUrl
     method: str = "POST"
     content_type: str = "application/json"
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: Annotated[dict[str, str], FILE_FORM] = Field(default_factory=dict)
+    secret_headers: Annotated[tuple[str, ...], NoDecode] = ()
     forward_headers: Annotated[tuple[str, ...], NoDecode] = ()
-    bearer_token: SecretStr | None = None
+    bearer_token: Secret | None = None
     basic_username: str | None = None
-    basic_password: SecretStr | None = None
+    basic_password: Secret | None = None
     ca_bundle: Path | None = None
     client_cert: Path | None = None
     client_key: Path | None = None
@@ -105,7 +116,7 @@ class HttpHandlerConfig(BaseSettings):
     idempotency_header: str = "Idempotency-Key"
     result: HttpResult = HttpResult.BODY
 
-    @field_validator("forward_headers", mode="before")
+    @field_validator("forward_headers", "secret_headers", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         return _comma_list(value)
@@ -142,7 +153,7 @@ class HttpHandlerConfig(BaseSettings):
                 raise ValueError(f"header {name!r} must be one line")
         return value
 
-    @field_validator("forward_headers", "idempotency_header")
+    @field_validator("forward_headers", "secret_headers", "idempotency_header")
     @classmethod
     def _header_names(cls, value: Any) -> Any:
         for name in (value,) if isinstance(value, str) else value:
@@ -151,6 +162,9 @@ class HttpHandlerConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> HttpHandlerConfig:
+        register_headers(self.headers, self.secret_headers)
+        if self.basic_username is not None and self.basic_password is not None:
+            register_basic_auth(self.basic_username, self.basic_password.get_secret_value())
         if not self.success_statuses:
             raise ValueError("success_statuses names no status")
         if both := sorted(self.success_statuses & self.retry_statuses):
@@ -206,11 +220,11 @@ def _check_counterparty_url(url: str) -> None:
     try:
         parsed = URL(url)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"counterparty url {url!r} is not a URL: {exc}") from exc
+        raise ConfigError(f"counterparty url {redact_url(url)!r} is not a URL: {exc}") from exc
     if parsed.scheme not in ("http", "https"):
         raise ConfigError(
-            f"counterparty url {url!r} must start with http:// or https://, "
+            f"counterparty url {redact_url(url)!r} must start with http:// or https://, "
             f"e.g. http://127.0.0.1:8080/calls"
         )
     if not parsed.host:
-        raise ConfigError(f"counterparty url {url!r} has no host")
+        raise ConfigError(f"counterparty url {redact_url(url)!r} has no host")

@@ -20,7 +20,7 @@ from dispatcher.call.handler import CallSummary, Record, Retryable
 from dispatcher.call.outcomes import body_snippet, parse_retry_after_s
 from dispatcher.errors import ConfigError
 from dispatcher.handlers.http_config import HttpHandlerConfig, HttpResult
-from dispatcher.secrets import register_basic_auth, register_secret
+from dispatcher.secrets import register_credential
 
 __all__ = ["HTTPStatusError", "HttpExchange", "HttpRequest", "RecordFieldError", "UrlTemplate"]
 
@@ -108,7 +108,7 @@ class HttpExchange:
                         ("Content-Type", config.content_type)]
         if (authorization := _authorization(config)) is not None:
             self._static.append(("Authorization", authorization))
-            _register_secrets(config, authorization)
+            register_credential(authorization)  # the value as sent (the parts register too)
 
     def request_for(self, record: Record) -> HttpRequest:
         headers = [*self._static, (self.config.idempotency_header, record.idempotency_key)]
@@ -143,15 +143,6 @@ def _authorization(config: HttpHandlerConfig) -> str | None:
         pair = f"{config.basic_username}:{config.basic_password.get_secret_value()}"
         return f"Basic {base64.b64encode(pair.encode()).decode()}"
     return None
-
-
-def _register_secrets(config: HttpHandlerConfig, authorization: str) -> None:
-    """Mask what this handler sends as credentials in every text the pod writes."""
-    register_secret(authorization)
-    if config.bearer_token is not None:
-        register_secret(config.bearer_token.get_secret_value())
-    if config.basic_username is not None and config.basic_password is not None:
-        register_basic_auth(config.basic_username, config.basic_password.get_secret_value())
 
 
 def _forwarded(record: Record, allowed: set[str]) -> list[tuple[str, str]]:

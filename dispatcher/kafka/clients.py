@@ -4,8 +4,14 @@ writes with retries behind `AckedWrites` (`AckedWriter`), and the client factori
 `AckedWriter.write` returns only once the broker has acknowledged the record (acks=all,
 idempotent producer). Retriable broker errors are retried with capped exponential backoff for as
 long as it takes (a record must never be dropped because the broker was briefly away); a
-non-retriable error (authorisation, a fenced or out-of-sequence producer) is raised as
-`ProduceError`.
+non-retriable error (authorisation, a fenced producer) is raised as `ProduceError`.
+
+A producer out of sequence is replaced: when a partition has had no leader for longer than the
+request timeout (a broker restart), aiokafka expires a batch it already numbered, and every
+later write to that partition is refused with `OutOfOrderSequenceNumber` (aiokafka#1017). The
+writer then starts a new producer (a new producer id, whose sequences start over) and writes
+the refused records again; they were never acknowledged, so nothing is lost. A few
+replacements in a row with no write acknowledged between them raise `ProduceError`.
 
 A record larger than its topic's `max.message.bytes` raises `RecordTooLargeError` before it is
 sent: a batch the broker rejects for its size leaves aiokafka's idempotent producer out of
@@ -19,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
@@ -29,11 +36,12 @@ from aiokafka.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
     RecordListTooLargeError,
+    UnknownProducerId,
 )
 from aiokafka.errors import RecordTooLargeError as ClientRecordTooLargeError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
 from dispatcher.errors import (
     KafkaClientError,
@@ -44,6 +52,7 @@ from dispatcher.errors import (
 from dispatcher.kafka.config import MAX_RECORD_BYTES, KafkaConfig
 from dispatcher.kafka.seam import Fetched, RebalanceHandler, TopicPartition
 from dispatcher.wire import OutgoingRecord
+from dispatcher.wire.commits import commit_metadata
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,13 @@ BATCH_OVERHEAD_BYTES = 61  # a record batch's header, counted against max.messag
 # window (docs/BENCHMARKS.md, "Producer batches"). With linger 0 a batch is only as large as
 # the writes waiting for it, so a small window is unaffected.
 PRODUCER_BATCH_BYTES = 1024 * 1024
+# How long a produce request may wait for its answer; also how long aiokafka lets a batch wait
+# for a partition without a leader before it fails it (and burns its sequence: AckedWriter).
+REQUEST_TIMEOUT_MS = 30_000
+# Producers replaced in a row, with no write acknowledged by the newest between them, before a
+# write out of sequence is fatal: a new producer that is refused before its first write
+# succeeds is not the lost sequence of an outage but a cluster that refuses this writer.
+RENEWALS_IN_A_ROW = 3
 _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, ClientRecordTooLargeError)
 Header = tuple[str, bytes | None]
 
@@ -64,9 +80,19 @@ def _retriable(exc: BaseException) -> bool:
     )
 
 
-def _log_retry(state: Any) -> None:
-    log.warning("Kafka write failed, retrying: %r (attempt %d)",
-                state.outcome.exception(), state.attempt_number)
+def _out_of_sequence(exc: BaseException) -> bool:
+    """The producer's sequence for a partition is lost (or the broker forgot its producer id):
+    every later write of this producer to that partition would be refused; a new one's would
+    not."""
+    return isinstance(exc, OutOfOrderSequenceNumber | UnknownProducerId)
+
+
+def _backoff_s(attempt: int, max_s: float) -> float:
+    """Full-jitter exponential backoff after `attempt` failed attempts: uniform in
+    [0, min(max_s, 0.1 * 2**attempt)] (twice the ceiling of tenacity's
+    `wait_random_exponential(multiplier=0.1)` at the same attempt, which this replaced here:
+    the loop decides between a backoff and a new producer per failure)."""
+    return random.uniform(0.0, min(max_s, 0.1 * 2.0 ** min(attempt, 64)))
 
 
 class AckedWriter:
@@ -74,13 +100,25 @@ class AckedWriter:
     records (aiokafka batches concurrent sends into the same requests).
 
     `topic_limits` maps topic names to their `max.message.bytes`; other topics are limited by
-    the producer's `max_request_size` only."""
+    the producer's `max_request_size` only. `renew` makes a new (unstarted) producer to replace
+    one out of sequence; without it, a write out of sequence raises `ProduceError`. The writer
+    owns the producers it starts; `close` stops the current one and those it replaced."""
 
     def __init__(self, producer: AIOKafkaProducer, backoff_max_s: float = 5.0,
-                 topic_limits: Mapping[str, int] | None = None) -> None:
+                 topic_limits: Mapping[str, int] | None = None,
+                 renew: Callable[[], AIOKafkaProducer] | None = None) -> None:
         self._producer = producer
         self._backoff_max_s = backoff_max_s
         self._limits = dict(topic_limits or {})
+        self._renew_with = renew
+        self._renewing = asyncio.Lock()
+        self._renewals = 0  # in a row: none of the newest producer's writes acknowledged yet
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    @property
+    def producer(self) -> AIOKafkaProducer:
+        """The producer writes go to now."""
+        return self._producer
 
     async def write(self, topic: str, record: OutgoingRecord,
                     partition: int | None = None) -> int:
@@ -88,14 +126,15 @@ class AckedWriter:
         for its acknowledgement; the partition it was written to."""
         headers = [(name, value) for name, value in record.headers]
         self._check_size(topic, record.key, record.value, headers)
+        producer = self._producer
         try:  # the common case, without the retry machinery's cost per record
-            return await self._send(topic, record.key, record.value, headers, partition)
+            written = await self._send(producer, topic, record, headers, partition)
         except KafkaError as exc:
-            if not _retriable(exc):
-                raise _produce_error(topic, exc) from exc
-            log.warning("Kafka write to %s failed, retrying: %r", topic, exc)
-            return await self._write_with_retries(topic, record.key, record.value, headers,
-                                                  partition)
+            return await self._write_again(topic, record, headers, partition,
+                                           producer=producer, failure=exc)
+        if self._renewals and producer is self._producer:
+            self._renewals = 0
+        return written
 
     def _check_size(self, topic: str, key: bytes | None, value: bytes | None,
                     headers: list[Header]) -> None:
@@ -111,29 +150,108 @@ class AckedWriter:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
                                       f"max.message.bytes ({limit}); it was not written")
 
-    async def _send(self, topic: str, key: bytes | None, value: bytes | None,
+    @staticmethod
+    async def _send(producer: AIOKafkaProducer, topic: str, record: OutgoingRecord,
                     headers: list[Header], partition: int | None) -> int:
-        if key is not None or value is not None:
-            written = await self._producer.send_and_wait(topic, value, key=key,
-                                                         partition=partition, headers=headers)
+        if record.key is not None or record.value is not None:
+            written = await producer.send_and_wait(topic, record.value, key=record.key,
+                                                   partition=partition, headers=headers)
             return int(written.partition)
-        return await send_null_key_and_value(self._producer, topic, headers, partition)
+        return await send_null_key_and_value(producer, topic, headers, partition)
 
-    async def _write_with_retries(self, topic: str, key: bytes | None, value: bytes | None,
-                                  headers: list[Header], partition: int | None) -> int:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(_retriable),
-            wait=wait_random_exponential(multiplier=0.1, max=self._backoff_max_s),
-            before_sleep=_log_retry,
-            reraise=True,
-        )
+    async def _write_again(self, topic: str, record: OutgoingRecord, headers: list[Header],
+                           partition: int | None, *, producer: AIOKafkaProducer,
+                           failure: KafkaError) -> int:
+        """After `producer` failed the write with `failure`: on the producer that replaced it
+        at once, on a new one if it is out of sequence, after a backoff if the error is
+        retriable; else `ProduceError`."""
+        attempt = 0
+        while True:
+            attempt += 1
+            if producer is not self._producer:
+                pass  # replaced while this write was on it (refused, or closed): the new one
+            elif _out_of_sequence(failure) and self._renew_with is not None:
+                await self._renew(producer, self._renew_with, topic, failure)
+            elif _retriable(failure):
+                log.warning("Kafka write failed, retrying: %r (writing to %s, attempt %d)",
+                            failure, topic, attempt)
+                await asyncio.sleep(_backoff_s(attempt, self._backoff_max_s))
+            else:
+                raise _produce_error(topic, failure) from failure
+            producer = self._producer
+            try:
+                written = await self._send(producer, topic, record, headers, partition)
+            except KafkaError as exc:
+                failure = exc
+                continue
+            if producer is self._producer:
+                self._renewals = 0
+            return written
+
+    async def _renew(self, broken: AIOKafkaProducer, renew: Callable[[], AIOKafkaProducer],
+                     topic: str, failure: KafkaError) -> None:
+        """Replace `broken` with a new producer, once however many writes it failed at once:
+        the new one is started before the writes move to it, and the old one is stopped in the
+        background (its writes still in flight finish or fail first; a failed one moves on)."""
+        async with self._renewing:
+            if broken is not self._producer:
+                return  # another write replaced it while this one waited
+            if self._renewals >= RENEWALS_IN_A_ROW:
+                raise ProduceError(
+                    f"writing to {topic} failed: {failure!r}, on each of the "
+                    f"{RENEWALS_IN_A_ROW} new producers started since without one write "
+                    f"acknowledged")
+            self._renewals += 1
+            log.warning("the Kafka producer is out of sequence (%r, writing to %s; aiokafka "
+                        "expires a batch a partition without a leader held over its request "
+                        "timeout): starting a new producer (%d of %d in a row) and writing "
+                        "its refused records again", failure, topic, self._renewals,
+                        RENEWALS_IN_A_ROW)
+            fresh = await _start_new(renew, topic, self._backoff_max_s)
+            self._producer = fresh
+            self._retire(broken)
+            log.info("the new Kafka producer has started; writes go to it")
+
+    def _retire(self, producer: AIOKafkaProducer) -> None:
+        task = asyncio.create_task(stop_quietly(producer, timeout_s=None),
+                                   name="waitline-producer-retire")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the current producer and wait (bounded) for the ones it replaced to stop."""
+        await stop_quietly(self._producer, timeout_s)
+        if self._retiring:
+            _, pending = await asyncio.wait(self._retiring, timeout=timeout_s)
+            for task in pending:
+                log.warning("a replaced Kafka producer did not close within %.0f s; going on "
+                            "without it", timeout_s)
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _start_new(renew: Callable[[], AIOKafkaProducer], topic: str,
+                     backoff_max_s: float) -> AIOKafkaProducer:
+    """A new producer from `renew`, started: tried again with backoff while the cluster is away
+    (as a write is); one it refuses for good raises `ProduceError`."""
+    attempt = 0
+    while True:
+        attempt += 1
+        fresh = renew()
         try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._send(topic, key, value, headers, partition)
+            await fresh.start()
         except KafkaError as exc:
-            raise _produce_error(topic, exc) from exc
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+            await stop_quietly(fresh)
+            if not _retriable(exc):
+                raise _produce_error(topic, exc) from exc
+            log.warning("starting a new Kafka producer failed, retrying: %r (attempt %d)",
+                        exc, attempt)
+            await asyncio.sleep(_backoff_s(attempt, backoff_max_s))
+            continue
+        except BaseException:
+            await stop_quietly(fresh)
+            raise
+        return fresh
 
 
 def _produce_error(topic: str, exc: KafkaError) -> ProduceError:
@@ -164,14 +282,30 @@ def producer_batch_bytes(topic_limits: Mapping[str, int]) -> int:
     return min([PRODUCER_BATCH_BYTES, *topic_limits.values()])
 
 
+def durable_writes() -> dict[str, Any]:
+    """The producer settings of every writer whose records must be neither lost nor written
+    twice by a retry: the pod (prepares, outcomes, tombstones), the DLQ replay and the console's
+    redrive, the expiry sweep (aiokafka, and Spark's sink through
+    `spark_jobs.kafka_options.spark_producer_options`). Every in-sync replica acknowledges
+    (acks=all: on a cluster with min.insync.replicas=2 a write survives a broker's loss), the
+    idempotent producer writes a retried batch once, and records up to MAX_RECORD_BYTES go."""
+    return {"acks": "all", "enable_idempotence": True, "max_request_size": MAX_RECORD_BYTES}
+
+
+DURABILITY = frozenset({"acks", "enable_idempotence"})  # what no writer may override
+
+
 def make_producer(kafka: KafkaConfig, **overrides: Any) -> AIOKafkaProducer:
+    """An aiokafka producer with `durable_writes` and the pod's tuning; `overrides` tune it
+    (linger, batch size, a transactional id) but may not weaken its durability."""
+    weakened = DURABILITY & overrides.keys()
+    if weakened:
+        raise ValueError(f"a writer's {', '.join(sorted(weakened))} is durable_writes()'s")
     options: dict[str, Any] = {
         **kafka.client_options(),
-        "acks": "all",
-        "enable_idempotence": True,
+        **durable_writes(),
         "linger_ms": 0,  # measured: 2 ms of linger doubles the ack wait at small windows
-        "max_request_size": MAX_RECORD_BYTES,
-        "request_timeout_ms": 30_000,
+        "request_timeout_ms": REQUEST_TIMEOUT_MS,
     }
     options.update(overrides)
     return AIOKafkaProducer(**options)
@@ -202,12 +336,13 @@ def make_consumer(kafka: KafkaConfig, group: str, **overrides: Any) -> AIOKafkaC
 
 
 async def stop_quietly(client: AIOKafkaConsumer | AIOKafkaProducer,
-                       timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+                       timeout_s: float | None = CLOSE_TIMEOUT_S) -> None:
     """Stop a client during shutdown; a failure to stop is logged, not raised.
 
     Bounded: a consumer's close waits for a group rebalance in progress to complete, which
     another member can hold for its whole rebalance timeout; a stopping pod does not wait that
-    long (the group drops this member when its session times out)."""
+    long (the group drops this member when its session times out). `None`: as long as it
+    takes (a replaced producer, stopped in the background while its last writes end)."""
     try:
         async with asyncio.timeout(timeout_s):
             await client.stop()
@@ -242,6 +377,13 @@ class KafkaSource:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
+
+    def member_id(self) -> str | None:
+        """The member id the group coordinator gave this consumer (None before it joined);
+        aiokafka keeps it on its coordinator, with no public accessor."""
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        member = getattr(coordinator, "member_id", None)
+        return member if isinstance(member, str) and member else None
 
     def group_generation(self) -> int | None:
         # aiokafka keeps the generation on its coordinator and sets it from the JoinGroup
@@ -294,8 +436,11 @@ class KafkaSource:
         return committed
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        # Each offset carries the commit's time: OffsetFetch returns no commit time, and the
+        # console tells from it how long ago each partition committed (wire/commits.py).
+        metadata = commit_metadata(int(time.time() * 1000))
         try:
-            await self._consumer.commit({_client_partition(tp): offset
+            await self._consumer.commit({_client_partition(tp): (offset, metadata)
                                          for tp, offset in offsets.items()})
         except KafkaError as exc:
             raise KafkaClientError(f"offset commit failed: {exc!r}") from exc

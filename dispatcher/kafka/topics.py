@@ -23,6 +23,9 @@ UNKNOWN_TOPIC = 3
 DLQ_RETENTION_MS = 30 * 86_400_000
 MAX_MESSAGE_BYTES = "max.message.bytes"
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's own default, if a topic reports none
+MAX_REPLICATION = 3  # replicas of a topic we create, at most (fewer brokers: as many)
+# How long the wait topic keeps a tombstone once compacted (delete.retention.ms): a week.
+DEFAULT_DELETE_RETENTION_S = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ async def ensure_topics(kafka: KafkaConfig, topics: TopicConfig, *,
         await admin.close()
 
 
+async def replication_factor(admin: AIOKafkaAdminClient) -> int:
+    """How many replicas a topic we create gets: three, or as many brokers as there are."""
+    return min(MAX_REPLICATION, len((await admin.describe_cluster())["brokers"]))
+
+
 async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
                   with_wait_topic: bool) -> dict[str, int]:
     described = await admin.describe_topics(list(topics.input_topics))
@@ -92,8 +100,7 @@ async def _ensure(admin: AIOKafkaAdminClient, topics: TopicConfig,
     if missing_inputs:
         raise TopicSetupError(f"input topic(s) not found: {', '.join(missing_inputs)}")
     wanted_partitions = max(partitions.values())
-    brokers = len((await admin.describe_cluster())["brokers"])
-    replication = min(3, brokers)
+    replication = await replication_factor(admin)
 
     plans = plan_topics(topics, with_wait_topic=with_wait_topic)
     existing = {t["topic"] for t in await admin.describe_topics([p.name for p in plans])

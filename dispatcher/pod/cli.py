@@ -15,6 +15,8 @@ from dispatcher.flow.ordering import OrderingMode
 from dispatcher.logs import LogFormat, configure_logging
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS
 from dispatcher.pod.settings import EventLoop, Mode, load_settings
+from dispatcher.secret_sources import refuse_on_command_line
+from dispatcher.secrets import url_credential
 
 app = typer.Typer(add_completion=False)
 
@@ -48,6 +50,7 @@ def _opt(help_text: str, env: str, panel: str) -> Any:
 @app.command(name="dispatch", epilog="Example: waitline dispatch --input-topic orders --group "
              "payments --counterparty-url http://127.0.0.1:8080/ --concurrency 200")
 def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares them
+    ctx: typer.Context,
     input_topic: Annotated[str, _opt("Topic(s) to consume, comma-separated.", "INPUT_TOPIC",
                                      _TOPICS)],
     group: Annotated[str, _opt("Consumer group; also names the default wait/DLQ topics.",
@@ -118,9 +121,9 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                            "SECURITY_PROTOCOL", _KAFKA)] = "PLAINTEXT",
     sasl_mechanism: Annotated[str | None, _opt("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
                                                "SASL_MECHANISM", _KAFKA)] = None,
-    sasl_username: Annotated[str | None, _opt("SASL user.", "SASL_USERNAME", _KAFKA)] = None,
-    sasl_password: Annotated[str | None, _opt("SASL password (never logged).", "SASL_PASSWORD",
-                                              _KAFKA)] = None,
+    sasl_username: Annotated[str | None, _opt("SASL user (its password: WAITLINE_SASL_PASSWORD "
+                                              "or WAITLINE_SASL_PASSWORD_FILE, never a flag).",
+                                              "SASL_USERNAME", _KAFKA)] = None,
     ssl_cafile: Annotated[str | None, _opt("CA bundle for SSL.", "SSL_CAFILE", _KAFKA)] = None,
     metadata_max_age: Annotated[str, _opt("How often the clients refresh topic metadata (new "
                                           "partitions, moved leaders).", "METADATA_MAX_AGE",
@@ -144,15 +147,22 @@ def dispatch(  # noqa: PLR0917 - one parameter per flag is how typer declares th
                                        _WINDOW)] = DEFAULT_GC_THRESHOLDS,
 ) -> None:
     """Dispatch records to the counterparty, at least once (long-running; SIGTERM drains)."""
-    flags = dict(locals())
+    flags = {name: value for name, value in locals().items() if name != "ctx"}
     from dispatcher.pod.runner import run_pod  # noqa: PLC0415 - keep `--help` fast
 
     try:
+        source = ctx.get_parameter_source("counterparty_url")
+        if source is not None and source.name == "COMMANDLINE":  # not its WAITLINE_ variable
+            refuse_on_command_line("--counterparty-url", "WAITLINE_COUNTERPARTY_URL",
+                                   url_credential(counterparty_url or ""))
         settings = load_settings(**flags)
         configure_logging(settings.log_format, settings.log_level)
         tracing.configure()  # OTEL_* variables: a bad one fails here, before Kafka is touched
         if settings.workers > 1:
+            from dispatcher.kafka.preflight import run_check  # noqa: PLC0415 - keep --help fast
             from dispatcher.pod.workers import run_workers  # noqa: PLC0415 - keep --help fast
+
+            run_check(settings.kafka())  # once, before any worker starts
 
             raise typer.Exit(run_workers(settings, sys.argv[1:]))
         run_event_loop(run_pod(settings), settings.event_loop)

@@ -6,8 +6,9 @@ each record walks its path, prepare → call → settle → tombstone, in `lifec
 Window: at most `concurrency` calls (with `--concurrency auto`, the adaptive window's size); a
 few records more are admitted and prepared ahead, so an ending call hands its slot to a prepared
 record (`Window`, `window.py`). While the pod's own event loop lags, the loop guard caps the
-window below N (`LoopWatch`). A full window pauses the partitions (a rebalance may add one
-poll's worth); the poll loop keeps calling `getmany`, so the consumer stays in its group.
+window below N (`LoopWatch`). A full window fetches nothing; every KEEP_IN_GROUP_S it pauses
+the partitions and calls `getmany`, so the consumer stays in its group (a rebalance may add one
+poll's worth).
 
 Rebalance (the engine is the consumer's rebalance listener): revoke waits (at most half the
 rebalance timeout) for the revoked partitions' prepares, commits and forgets them; records
@@ -56,6 +57,7 @@ from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import source_record
 from dispatcher.pod.stalls import StallTracker
+from dispatcher.pod.status import Held, WindowFigures, engine_status, fatal_text
 from dispatcher.pod.watermark import PartitionWatermarks, TopicPartitionKey, partition_key
 from dispatcher.pod.window import Window
 from dispatcher.wire import SourceRecord
@@ -64,6 +66,10 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
 FULL_WINDOW_WAIT_S = 0.5
+# A full window polls (its partitions paused) only this often: enough to stay in the group
+# (aiokafka leaves it after max.poll.interval.ms, 300 s, without a `getmany`), and rarely,
+# since that poll drops every paused partition's prefetched records, to be fetched again.
+KEEP_IN_GROUP_S = 10.0
 REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
 FINAL_COMMIT_TRIES = 5
 FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is tried again
@@ -87,7 +93,9 @@ class AtLeastOnceEngine:
         self._unprepared: Tickets = defaultdict(dict)
         self._generation: dict[TopicPartitionKey, int] = defaultdict(int)
         self._revoking: set[TopicPartitionKey] = set()  # revokes in progress
-        self._held = Window(self._call_limit, circuit, metrics)
+        self._held: Window[RecordTicket] = Window(self._call_limit, circuit, metrics)
+        self._circuit = circuit
+        self._rate = rate
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
@@ -96,6 +104,7 @@ class AtLeastOnceEngine:
         self._joined = False
         self._owner_generation: int | None = None  # the group generation of our assignment
         self._next_partition = 0  # where the next fair fetch starts
+        self._polled_at = float("-inf")  # when `getmany` last ran (the group's liveness)
         self._turns = None if window.ordering is OrderingMode.UNORDERED else Turns(
             window.ordering)
         self._path = RecordPath(writer=writer, counterparty=counterparty, topics=topics,
@@ -120,8 +129,26 @@ class AtLeastOnceEngine:
 
     def details(self) -> dict[str, object]:
         """What `/readyz` shows besides the status: stalled partitions and a fatal error."""
-        return {"fatal": None if self._fatal is None else repr(self._fatal),
+        return {"fatal": fatal_text(self._fatal),
                 "partitions": [stall.as_json() for stall in self._lag.stalls]}
+
+    def status(self) -> dict[str, object]:
+        """The engine's part of the pod's `/status` document (`dispatcher/pod/status.py`)."""
+        now = monotonic_s()
+        held = [Held(task.get_name(), ticket.state.name, ticket.state.value,
+                     max(0.0, now - ticket.fetched_at))
+                for task, ticket in self._held.tasks.items()]
+        calls = self._held.calls
+        figures = WindowFigures(limit=self._call_limit(), configured=self._window.concurrency,
+                                adaptive=self._adaptive is not None, loop_cap=self._loop_watch.cap,
+                                calls_running=calls.running, calls_waiting=calls.waiting,
+                                in_flight=self.in_flight)
+        circuit = self._circuit
+        return engine_status(
+            ready=self.ready, fatal=self._fatal, window=figures, held=held,
+            stalled_after_s=self._window.stall_warning_s, partitions=self._lag.stalls,
+            breaker=None if circuit is None else (circuit.state, circuit.config),
+            rate=None if self._rate is None else self._rate.limit)
 
     @property
     def in_flight(self) -> int:  # records holding a window slot
@@ -193,30 +220,35 @@ class AtLeastOnceEngine:
         self._unprepared[key][offset] = ticket
         source, failure = unreadable_reference(tp, offset, error)
         self._spawn(self._path.dead_letter_unreadable(source, failure, ticket),
-                    f"{tp.topic}/{tp.partition}@{offset}")
+                    f"{tp.topic}/{tp.partition}@{offset}", ticket)
 
     async def _poll_once(self) -> None:
         if self._adaptive is not None:  # --concurrency auto: the window's current size
             self._adaptive.used(self._held.calls.running + self._held.calls.waiting)
         free = self._held.room()
         if free <= 0:
-            if not await self._held.freed(FULL_WINDOW_WAIT_S):
+            # Woken every FULL_WINDOW_WAIT_S to see the window's size again (the loop guard's
+            # cap lifts with no slot freed); fetches on the next turn once there is room.
+            if (not await self._held.freed(FULL_WINDOW_WAIT_S)
+                    and monotonic_s() - self._polled_at >= KEEP_IN_GROUP_S):
                 await self._poll_while_full()
-            # A slot freed quickly: fetch on the next turn, unpaused (aiokafka drops a paused
-            # partition's prefetched records: a fetch round trip per record at steady state).
             return
         paused = self._consumer.paused()
         if paused:
             self._consumer.resume(*paused)
         self._next_partition += 1
+        self._polled_at = monotonic_s()
         for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
                                                POLL_TIMEOUT_MS)).items():
             self._start_all(partition_key(tp), records)
 
     async def _poll_while_full(self) -> None:
-        """The window stayed full: pause fetching, but keep polling so we stay in the group.
-        Records of partitions a rebalance just assigned (not paused) are started, not dropped:
-        the window overshoots by at most one poll's worth, once per rebalance."""
+        """The window stayed full for KEEP_IN_GROUP_S: poll with fetching paused, so we stay in
+        the group. Until then nothing is paused nor polled: aiokafka keeps one fetch's records
+        per partition and fetches no more for it, and drops a paused partition's when a poll
+        passes it. Records of partitions a rebalance just assigned (not paused) are started,
+        not dropped: the window overshoots by at most one poll's worth, once per rebalance."""
+        self._polled_at = monotonic_s()
         self._consumer.pause(*self._consumer.assignment())
         batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
@@ -236,15 +268,16 @@ class AtLeastOnceEngine:
             if self._turns is not None and record.value is not None:
                 turn = self._turns.admit((*key, record.offset, generation), record.key)
             self._spawn(self._path.walk(source_record(record), ticket, turn),
-                        f"{record.topic}/{record.partition}@{record.offset}")
+                        f"{record.topic}/{record.partition}@{record.offset}", ticket)
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
         self._metrics.in_flight.set(self.in_flight)
 
-    def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str,
+               ticket: RecordTicket) -> None:
         # Named by its record's coordinates, so the shutdown log can say what stayed open.
         task = asyncio.create_task(work, name=coordinates)
-        self._held.hold(task)
+        self._held.hold(task, ticket)
         task.add_done_callback(self._finished)
 
     def slot_free_for_tombstone(self) -> None:
@@ -347,7 +380,9 @@ class AtLeastOnceEngine:
 
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
-        fatal error), then cancel."""
+        fatal error), cancel what is left, then commit. Cancelled first: a commit can hang
+        (a coordinator away), and no call may start after the grace, which that commit could
+        not cover and the stop would then cut off."""
         self._draining = True
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
@@ -355,5 +390,5 @@ class AtLeastOnceEngine:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._held.tasks),
                      self._window.drain_grace_s)
             await asyncio.wait(list(self._held.tasks), timeout=self._window.drain_grace_s)
-        await self._committer.commit()
         await cancel_left_over(self._held.tasks)
+        await self._committer.commit()

@@ -3,7 +3,9 @@
 `/metrics` (Prometheus text), `/healthz` (the event loop answers) and `/readyz` (the engine has
 joined its group and holds partitions, or is running with nothing to do yet; not after a fatal
 error) on one port. `/readyz` also shows each partition's oldest pending record and commit
-stall, and the fatal error if there was one.
+stall, and the fatal error if there was one. `/status` is the pod's status document for the
+console's pods view (`dispatcher/pod/status.py`: window, records by state, stalled records,
+breaker, rate limit; read-only, no payloads, no secrets).
 Each `DispatcherMetrics` has its own registry, so tests can run several engines in one process.
 
 The metrics every record moves (fetched, prepared, finished by outcome, in flight, the call's
@@ -232,14 +234,16 @@ class DispatcherMetrics:
 
 
 class MetricsServer:
-    """Serves `/metrics`, `/healthz` and `/readyz`; owned by the pod (start/stop)."""
+    """Serves `/metrics`, `/healthz`, `/readyz` and `/status`; owned by the pod (start/stop)."""
 
     def __init__(self, metrics: DispatcherMetrics, ready: Callable[[], bool],
-                 host: str, port: int,
-                 details: Callable[[], dict[str, object]] | None = None) -> None:
+                 host: str, port: int, *,
+                 details: Callable[[], dict[str, object]] | None = None,
+                 status: Callable[[], dict[str, object]] | None = None) -> None:
         self._metrics = metrics
         self._ready = ready
         self._details = details or dict
+        self._status = status or dict
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
@@ -258,11 +262,15 @@ class MetricsServer:
             return web.json_response({"status": "ready", **details})
         return web.json_response({"status": "not ready", **details}, status=503)
 
+    async def _status_handler(self, _request: web.Request) -> web.Response:
+        return web.json_response(self._status())
+
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics_handler)
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/readyz", self._readiness)
+        app.router.add_get("/status", self._status_handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -32,6 +34,7 @@ from dispatcher.kafka.clients import (
     stop_quietly,
 )
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.preflight import check_kafka_access
 from dispatcher.kafka.seam import AckedWrites, SourceConsumer
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.batch import BatchEngine
@@ -39,6 +42,7 @@ from dispatcher.pod.collector import collector_thresholds
 from dispatcher.pod.engine import AtLeastOnceEngine
 from dispatcher.pod.metrics import DispatcherMetrics, MetricsServer
 from dispatcher.pod.settings import DispatchSettings, Mode, WindowConfig
+from dispatcher.pod.status import Identity
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ def describe(settings: DispatchSettings, kafka: KafkaConfig, topics: TopicConfig
             f"{limit}"
             f" group={topics.group} inputs={','.join(topics.input_topics)}{wait}"
             f", dlq → {topics.dlq_topic}{result}; kafka={kafka.bootstrap_servers} "
-            f"({kafka.security_protocol}); "
+            f"({kafka.security.describe()}); "
             + (f"handler={settings.handler}" if settings.handler
                else f"counterparty={settings.counterparty_url}"))
 
@@ -96,6 +100,9 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         loop.add_signal_handler(signum, _stopper(stop, signum))
     log.info("starting: %s", describe(settings, kafka, topics))
     try:
+        # One line naming a refused login or certificate, a wrong protocol, within seconds:
+        # before any topic is created or client started.
+        await check_kafka_access(kafka)
         limits = await ensure_topics(kafka, topics,
                                      with_wait_topic=window.mode is Mode.AT_LEAST_ONCE)
     except BaseException:
@@ -106,21 +113,28 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         log.info("stopped before start")
         return
     metrics = DispatcherMetrics()
-    producer = make_producer(kafka, max_batch_size=producer_batch_bytes(limits))
+    # The first producer, and any that replaces one out of sequence (AckedWriter).
+    new_producer = functools.partial(make_producer, kafka,
+                                     max_batch_size=producer_batch_bytes(limits))
+    producer = new_producer()
+    writer = AckedWriter(producer, topic_limits=limits, renew=new_producer)
     consumer = make_consumer(kafka, topics.group, max_poll_records=window.concurrency,
                              rebalance_timeout_ms=int(window.rebalance_timeout_s * 1000))
     server: MetricsServer | None = None
     try:
         await producer.start()
         await consumer.start()
-        async with open_engine(settings, consumer=KafkaSource(consumer),
-                               writer=AckedWriter(producer, topic_limits=limits),
+        source = KafkaSource(consumer)
+        async with open_engine(settings, consumer=source,
+                               writer=writer,
                                topics=topics, metrics=metrics, handler=handler) as engine:
             obs = settings.observability()
             if obs.metrics_port is not None:
                 details = engine.details if isinstance(engine, AtLeastOnceEngine) else None
                 server = MetricsServer(metrics, lambda: engine.ready, obs.metrics_host,
-                                       obs.metrics_port, details)
+                                       obs.metrics_port, details=details,
+                                       status=_status_of(engine, source, kafka, topics,
+                                                         window.mode))
                 await server.start()
                 log.info("metrics and health on http://%s:%s/metrics", obs.metrics_host,
                          server.bound_port)
@@ -129,9 +143,23 @@ async def _run_pod(settings: DispatchSettings, stop: asyncio.Event) -> None:
         if server is not None:
             await server.stop()
         await stop_quietly(consumer)
-        await stop_quietly(producer)
+        await writer.close()  # the producer writing now, and any it replaced
         _remove_handlers(loop)
     log.info("stopped cleanly")
+
+
+def _status_of(engine: Engine, source: KafkaSource, kafka: KafkaConfig, topics: TopicConfig,
+               mode: Mode) -> Callable[[], dict[str, object]]:
+    """The pod's `/status` document: who it is in its group, and its engine's figures."""
+    host = socket.gethostname()
+
+    def status() -> dict[str, object]:
+        identity = Identity(topics.group, kafka.client_id, source.member_id(), host, mode.value)
+        figures = (engine.status() if isinstance(engine, AtLeastOnceEngine)
+                   else {"ready": engine.ready})
+        return {**identity.as_json(), **figures}
+
+    return status
 
 
 @contextlib.asynccontextmanager

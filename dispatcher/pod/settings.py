@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_settings import SettingsConfigDict
 
 from dispatcher.durations import as_field_error, duration_s
-from dispatcher.errors import ConfigError
+from dispatcher.errors import ConfigError, one_line_or_list
 from dispatcher.flow.adaptive import AdaptiveConfig
 from dispatcher.flow.breaker import BreakerConfig, parse_breaker
 from dispatcher.flow.loopguard import DEFAULT_TARGET_LAG_S, LoopGuardConfig
@@ -32,11 +32,11 @@ from dispatcher.flow.ordering import OrderingMode
 from dispatcher.flow.rate import RateLimit, parse_rate_limit
 from dispatcher.handlers.http_config import HttpHandlerConfig, counterparty_url_preset
 from dispatcher.kafka.config import KafkaClientSettings
-from dispatcher.kafka.topics import TopicConfig
+from dispatcher.kafka.topics import DEFAULT_DELETE_RETENTION_S, TopicConfig
 from dispatcher.logs import LogFormat
 from dispatcher.pod.collector import DEFAULT_GC_THRESHOLDS, Thresholds, parse_gc_thresholds
+from dispatcher.secret_settings import SecretUrl
 
-DEFAULT_DELETE_RETENTION_S = 7 * 86400
 MAX_CONCURRENCY = 100_000
 DEFAULT_REBALANCE_TIMEOUT_S = 60.0
 MAX_WORKERS = 64
@@ -95,7 +95,7 @@ class DispatchSettings(KafkaClientSettings):
 
     input_topic: str = Field(description="topic(s) to consume, comma-separated")
     group: str
-    counterparty_url: str | None = None
+    counterparty_url: SecretUrl | None = None
     handler: str | None = None
     mode: Mode = Mode.AT_LEAST_ONCE
     concurrency: int | Literal["auto"] = 100
@@ -309,4 +309,4 @@ def load_settings(**flags: Any) -> DispatchSettings:
             # A check across fields has no location; its message names the flags itself.
             problems.append(f"--{field.replace('_', '-')} (or WAITLINE_{field.upper()}): "
                             f"{message}" if field else message)
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems)) from exc
+        raise ConfigError(one_line_or_list("invalid configuration", problems)) from exc

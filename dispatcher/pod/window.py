@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from dispatcher.flow.breaker import Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
@@ -25,6 +25,8 @@ AHEAD_SHARE = 10  # records prepared ahead: a tenth of the window …
 AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …
 AHEAD_MAX = 100  # … at most a hundred (what a big window's prepares need; memory stays bound)
 CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
+
+HeldT = TypeVar("HeldT")
 
 
 def prepared_ahead(window: int) -> int:
@@ -120,10 +122,11 @@ class CallSlots:
         self._waiting -= 1
 
 
-class Window:
+class Window(Generic[HeldT]):
     """What a pod holds: its record tasks (in the order they started: the simulator replays a
-    seed exactly), their call slots, and the finished records behind the window writing their
-    tombstone, which hold no slot (at most `tombstones_behind` of them)."""
+    seed exactly) each with its bookkeeping entry (`HeldT`), their call slots, and the finished
+    records behind the window writing their tombstone, which hold no slot (at most
+    `tombstones_behind` of them)."""
 
     def __init__(self, size: Callable[[], int], circuit: Circuit | None,
                  metrics: DispatcherMetrics) -> None:
@@ -132,7 +135,7 @@ class Window:
         self._metrics = metrics
         self.calls = CallSlots(
             size, None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
-        self.tasks: dict[asyncio.Task[None], None] = {}
+        self.tasks: dict[asyncio.Task[None], HeldT] = {}
         self._behind: set[asyncio.Task[Any]] = set()
         self._freed = asyncio.Event()
 
@@ -160,8 +163,8 @@ class Window:
             return False
         return True
 
-    def hold(self, task: asyncio.Task[None]) -> None:
-        self.tasks[task] = None
+    def hold(self, task: asyncio.Task[None], entry: HeldT) -> None:
+        self.tasks[task] = entry
 
     def behind(self, task: asyncio.Task[Any] | None) -> None:
         """`task`'s outcome is durable: its slot is free while it writes its tombstone, if fewer

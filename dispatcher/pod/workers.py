@@ -5,7 +5,8 @@ member of the group with its own partitions, window, wait-topic writes and commi
 invariants hold per worker as they do per pod. `--concurrency` stays the pod's: each worker
 gets its share of the window (of both bounds with `auto`). The supervisor owns them:
 - it serves one `/metrics` (every worker's series, labelled `worker="<i>"`; sum them in
-  queries), `/healthz`, and `/readyz` (ready when every worker is), on `--metrics-port`;
+  queries), `/healthz`, `/readyz` (ready when every worker is) and `/status` (each worker's
+  status document, `dispatcher/pod/status.py`), on `--metrics-port`;
 - SIGTERM/SIGINT is passed on to every worker, which drains as a pod does;
 - a worker that exits on its own stops the others, and the supervisor exits with its code
   (3 for a fatal error; 1 for a worker killed by a signal): let the orchestrator restart the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -32,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from dispatcher.pod.settings import DispatchSettings
+from dispatcher.pod.status import STATUS_VERSION
 from dispatcher.ports import free_ports
 
 log = logging.getLogger(__name__)
@@ -185,6 +188,7 @@ class WorkerPool:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._health)
         app.router.add_get("/readyz", self._readiness)
+        app.router.add_get("/status", self._status)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self._metrics_host, self._metrics_port)
@@ -227,3 +231,15 @@ class WorkerPool:
                    for index, (status, body) in enumerate(answers)]
         return web.json_response({"status": "ready" if ready else "not ready",
                                   "workers": workers}, status=200 if ready else 503)
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        workers: list[dict[str, object]] = []
+        for index, (status, body) in enumerate(await self._scrape("/status")):
+            try:
+                document = json.loads(body) if status == 200 else None
+            except ValueError:
+                document = None
+            workers.append({"worker": index, **document} if isinstance(document, dict)
+                           else {"worker": index, "error": body[:200] if status == 0
+                                 else f"answered HTTP {status}"})
+        return web.json_response({"version": STATUS_VERSION, "workers": workers})

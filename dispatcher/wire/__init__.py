@@ -91,6 +91,7 @@ from dispatcher.wire.model import (
     SourceRecord,
     WaitEntry,
     wait_id_for,
+    wait_id_text,
 )
 
 __all__ = [
@@ -134,6 +135,7 @@ __all__ = [
     "record_sizes",
     "tombstone_of",
     "wait_id_for",
+    "wait_id_text",
     "wait_record",
     "wait_tombstone",
     "with_idempotency_key",

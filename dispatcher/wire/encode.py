@@ -29,6 +29,7 @@ from dispatcher.wire.model import (
     OutgoingRecord,
     SourceRecord,
     wait_id_for,
+    wait_id_text,
 )
 
 
@@ -126,17 +127,17 @@ def _wait_topic_record(
     *,
     generation: int | None = None,
 ) -> OutgoingRecord:
-    if wait_id is None:
-        wait_id = wait_id_for(group, source.topic, source.partition, source.offset)
+    wait_id_str = (wait_id_text(group, source.topic, source.partition, source.offset)
+                   if wait_id is None else str(wait_id))
     headers = [
         *_origin_headers(source),
-        (WAIT_EXPIRATION_UUID, str(wait_id)),
+        (WAIT_EXPIRATION_UUID, wait_id_str),
         (WAIT_EXPIRATION_TIME, format_expiration(expires_at)),
     ]
     if generation is not None:
         headers.append((WRITER_GENERATION, str(generation)))
     return OutgoingRecord(
-        key=str(wait_id).encode("ascii"), value=value, headers=_encode_texts(headers)
+        key=wait_id_str.encode("ascii"), value=value, headers=_encode_texts(headers)
     )
 
 

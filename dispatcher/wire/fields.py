@@ -47,6 +47,8 @@ def decode_original_key(text: str | None) -> bytes | None:
 
 def encode_original_headers(headers: Headers) -> str:
     """ORIGINAL_HEADERS JSON for `headers`: an object when lossless, else an array of pairs."""
+    if not headers:
+        return "{}"  # most records carry none: what json.dumps({}) gives, without it
     names = [name for name, _ in headers]
     texts = [_utf8_or_none(value) for _, value in headers]
     if len(set(names)) == len(names) and all(text is not None for text in texts):
@@ -72,6 +74,8 @@ def decode_original_headers(text: str) -> Headers:
 
 def format_expiration(at: datetime) -> str:
     """`at` as ISO-8601 UTC with `Z` and millisecond precision; `at` must be timezone-aware."""
+    if at.tzinfo is UTC:  # the pod's own (fromtimestamp(..., UTC)): no conversion to make
+        return f"{at.isoformat(timespec='milliseconds')[:-6]}Z"
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError(f"expiration time must be timezone-aware, got naive {at.isoformat()}")
     return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

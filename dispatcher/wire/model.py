@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -111,3 +112,18 @@ class DlqEntry:
 def wait_id_for(group: str, topic: str, partition: int, offset: int) -> uuid.UUID:
     """The wait id of the record at `topic/partition/offset` consumed by `group`."""
     return uuid.uuid5(WAIT_ID_NAMESPACE, f"{group}/{topic}/{partition}/{offset}")
+
+
+_NAMESPACE_BYTES = WAIT_ID_NAMESPACE.bytes
+
+
+def wait_id_text(group: str, topic: str, partition: int, offset: int) -> str:
+    """`str(wait_id_for(...))`, computed as `uuid.uuid5` does (SHA-1 of the namespace and the
+    name, version 5, RFC 4122 variant) without building a `UUID`: the pod's hot path writes
+    it for every record."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + f"{group}/{topic}/{partition}/{offset}"
+                                    .encode(), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

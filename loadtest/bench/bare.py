@@ -30,10 +30,11 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from dispatcher.handlers.http import pooled_session
 from dispatcher.kafka.clients import make_producer, producer_batch_bytes
-from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.config import load_kafka_config
 from dispatcher.kafka.topics import TopicConfig, ensure_topics
 from dispatcher.pod.settle import source_record
 from dispatcher.wire import tombstone_of, wait_record
+from loadtest.harness.clients import client_options
 
 POLL_TIMEOUT_MS = 100
 CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in HTTP handler connects by default
@@ -52,7 +53,7 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+    consumer = AIOKafkaConsumer(topic, **client_options(bootstrap, "waitline-bare"), group_id=group,
                                 auto_offset_reset="earliest", enable_auto_commit=True,
                                 max_poll_records=concurrency)
     slots = asyncio.Semaphore(concurrency)
@@ -109,8 +110,7 @@ async def _wait_topic_writes(bootstrap: str, topic: str, wait_topic: str | None,
 
         yield post_only
         return
-    kafka = KafkaConfig(bootstrap, "waitline-bare", "PLAINTEXT", None, None, None, None, None,
-                        None)
+    kafka = load_kafka_config(bootstrap, client_id="waitline-bare")
     limits = await ensure_topics(kafka, TopicConfig(
         input_topics=(topic,), group=group, wait_topic=wait_topic, dlq_topic=f"{wait_topic}.dlq",
         result_topic=None, create_missing=True, delete_retention_s=86_400.0))

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from dispatcher.errors import ProduceError
+from dispatcher.kafka.clients import make_producer
+from dispatcher.kafka.config import load_kafka_config
+from dispatcher.kafka.topics import replication_factor
 from dispatcher.wire import (
     OutgoingRecord,
     SourceRecord,
@@ -34,6 +36,7 @@ from loadtest.bench.mirror_bench_core import (
     VisibleSample,
     prefill_plan,
 )
+from loadtest.harness.clients import client_options
 from loadtest.harness.topics import INPUT_PARTITIONS
 from loadtest.mock.generator import LINGER_MS, MAX_BATCH_BYTES, MAX_UNACKED_SENDS, make_record
 from spark_jobs.config import ReconcileConfig
@@ -45,6 +48,7 @@ T = TypeVar("T")
 TOMBSTONE_AFTER_S = 1.0  # lag: a prepare's tombstone follows this long after it
 SAMPLE_EVERY_S = 0.1
 PROGRESS_EVERY_S = 5.0
+CLIENT_ID = "waitline-mirror-bench"
 PACING_SLEEP_S = 0.005  # shorter sleeps cost more timer wake-ups than they smooth
 SOURCE_TOPIC = "mirror-bench-input"
 BENCH_GENERATION = 1  # the group generation its simulated pod wrote in
@@ -99,10 +103,11 @@ class BenchTopic:
 
     async def __aenter__(self) -> BenchTopic:
         """Create the wait topic as the dispatcher does: compacted, one partition per input's."""
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        admin = AIOKafkaAdminClient(**client_options(self.bootstrap, CLIENT_ID))
         await admin.start()
         try:
-            await admin.create_topics([NewTopic(self.wait_topic, INPUT_PARTITIONS, 1,
+            await admin.create_topics([NewTopic(self.wait_topic, INPUT_PARTITIONS,
+                                                await replication_factor(admin),
                                                 topic_configs={"cleanup.policy": "compact"})])
         finally:
             await admin.close()
@@ -127,7 +132,7 @@ class BenchTopic:
                                        (self.wait_topic,))
         except psycopg.Error as exc:
             log.warning("could not delete the rows of %s: %s", self.wait_topic, exc)
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        admin = AIOKafkaAdminClient(**client_options(self.bootstrap, CLIENT_ID))
         try:
             await admin.start()
             await admin.delete_topics([self.wait_topic])
@@ -142,10 +147,8 @@ class Sender:
 
     def __init__(self, bootstrap: str, topic: str, *, linger_ms: int) -> None:
         self.topic = topic
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-            linger_ms=linger_ms, max_batch_size=MAX_BATCH_BYTES,
-        )
+        self._producer = make_producer(load_kafka_config(bootstrap, client_id=CLIENT_ID),
+                                       linger_ms=linger_ms, max_batch_size=MAX_BATCH_BYTES)
         self._unacked: deque[asyncio.Future[Any]] = deque()
 
     async def __aenter__(self) -> Sender:

@@ -13,8 +13,10 @@ that its retries and DLQ stand where the pod's do. Records called are counted in
 `waitline_records_finished_total` on a metrics port, so the compare harness measures it exactly
 as it measures the pod.
 
-prosody-events (a Rust Kafka client with Python bindings) keeps its state in Cassandra, which
-this machine cannot run without Docker: it is not here.
+prosody-events (a Rust Kafka client with Python bindings) keeps its retry timers and
+deduplication records in Cassandra, which this machine cannot run (a Docker client without a
+daemon; no Cassandra server package); its in-memory `mock` mode drops that persistence, so it
+is not here (docs/BENCHMARKS.md, "Peers").
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,8 @@ from loadtest.harness.topics import create_topic
 from loadtest.mock.generator import produce
 
 MODEL = "fixed:50"
+# A mock took over 60 s to start while eight sessions' tests loaded the machine (load ~29).
+MOCK_START_S = 240.0
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,12 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
 
 async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int] = (50, 1000),
                           records: int = 20_000, rounds: int = 3, *,
-                          variants: Sequence[PodVariant] = HANDLER_VARIANTS) -> list[CpuSample]:
+                          variants: Sequence[PodVariant] = HANDLER_VARIANTS,
+                          on_sample: Callable[[CpuSample], None] | None = None,
+                          ) -> list[CpuSample]:
     """`rounds` samples of each variant at each window, all variants at the same time (which
-    one is started first alternates from round to round)."""
+    one is started first alternates from round to round); `on_sample` sees each as it is
+    taken, so a run cut short still shows its rounds."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     ports = [free_port() for _ in variants]
     mocks = [spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(port)],
@@ -140,7 +145,8 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
             benches = []
             for port, mock in zip(ports, mocks, strict=True):
                 url = f"http://127.0.0.1:{port}/"
-                await wait_http(session, f"{url}stats", mock, work_dir / f"cpu-mock-{port}.log")
+                await wait_http(session, f"{url}stats", mock, work_dir / f"cpu-mock-{port}.log",
+                                timeout_s=MOCK_START_S)
                 benches.append(_Bench(bootstrap, work_dir, session, url))
             for window in windows:
                 for round_ in range(rounds):
@@ -148,9 +154,13 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                     if round_ % 2:
                         order.reverse()
                     tags = {i: await _backlog(benches[i], i, window, records) for i in order}
-                    samples.extend(await asyncio.gather(*(
+                    taken = await asyncio.gather(*(
                         _measure_one(benches[i], variants[i], window, records, tags[i])
-                        for i in order)))
+                        for i in order))
+                    samples.extend(taken)
+                    if on_sample is not None:
+                        for sample in taken:
+                            on_sample(sample)
     finally:
         for mock in mocks:
             await asyncio.to_thread(stop, mock)

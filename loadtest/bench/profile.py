@@ -79,8 +79,8 @@ IDLE_CALLS = ("poll (", "epoll_wait (", "epoll_pwait (", "select (", "pthread_co
 
 # A socket write is charged to the code that writes (aiohttp, aiokafka's asyncio streams), not
 # to the event loop that carries it out; a read is the loop's (no writer is on its stack).
-SOCKET_WRITES = ("UVStream__try_write", "UVStream_write", "uv__write", "uv_try_write",
-                 "UVStream__exec_write")
+SOCKET_WRITES = ("UVStream_", "write (loop.c", "writelines (loop.c", "uv__write", "uv_try_write",
+                 "uv_write")
 
 
 def component_of(frame: str) -> str | None:

@@ -84,6 +84,16 @@ def interpreter_variants(python: str, loop: str = "pod") -> tuple[PodVariant, Po
     return first, second
 
 
+def peer_variants(peer: str, python: str) -> tuple[PodVariant, PodVariant]:
+    """This checkout's pod on this interpreter and the peer `peer` (a mode of compare's
+    `PEERS`) on `python`, whose environment must have the peers extra (pyrallel-consumer needs
+    Python 3.12 or later); both checked to import this checkout's code."""
+    pod, _ = interpreter_variants(python)
+    _, other = interpreter_variants(python, peer)
+    return (PodVariant(f"pod, {pod.name}", pod.args, pod.env, python=pod.python),
+            PodVariant(f"{peer}, {other.name}", (), other.env, python=other.python, loop=peer))
+
+
 def revision_variants(base: str, head: str | None, work_dir: Path) -> tuple[PodVariant, PodVariant]:
     """The base revision's pod and the head's (this checkout's working tree when `head` is
     None), each exported under `work_dir`."""

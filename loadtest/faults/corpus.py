@@ -11,6 +11,7 @@ from aiokafka.record.default_records import (
     _DefaultRecordBatchBuilderPy,
 )
 
+from loadtest.harness.clients import client_options
 from loadtest.harness.topics import create_topic
 
 MIB = 1024 * 1024
@@ -75,7 +76,7 @@ async def send_raw(producer: AIOKafkaProducer, topic: str, partition: int,
 
 async def produce_corpus(bootstrap: str, topic: str, partitions: int) -> int:
     """Every corpus record, spread over the partitions; returns how many were written."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+    producer = AIOKafkaProducer(**client_options(bootstrap, "waitline-corpus"), acks="all",
                                 max_request_size=INPUT_TOPIC_LIMIT)
     await producer.start()
     try:

@@ -56,15 +56,15 @@ class ReconcileProcess:
     """`waitline reconcile` for the rig's group, as a process with its own checkpoint."""
 
     def __init__(self, rig: Rig, dsn: str) -> None:
-        self._log = rig.work_dir / f"{rig.tag}-reconcile.log"
+        self.log = rig.work_dir / f"{rig.tag}-reconcile.log"
         self._process = spawn(["reconcile", "--group", rig.group, "--trigger", "1s",
                                "--dsn", dsn, "--bootstrap-servers", rig.bootstrap,
-                               "--checkpoint", str(rig.work_dir / "checkpoint")], self._log)
+                               "--checkpoint", str(rig.work_dir / "checkpoint")], self.log)
 
     def check_alive(self) -> None:
         if self._process.poll() is not None:
             raise HarnessError(f"the reconciliation job exited with {self._process.returncode}"
-                               f" unasked; see {self._log}")
+                               f" unasked; see {self.log}")
 
     def stop(self) -> int:
         stop(self._process, timeout_s=60)
@@ -81,7 +81,7 @@ async def _calls_per_s(rig: Rig, seconds: float, job: ReconcileProcess) -> float
     return (await rig.calls_seen() - first) / (time.monotonic() - started)
 
 
-async def _table_matches(rig: Rig, registry: RegistryReader, job: ReconcileProcess,
+async def table_matches(rig: Rig, registry: RegistryReader, job: ReconcileProcess,
                          timeout_s: float) -> tuple[float | None, int, int]:
     """Until the registry's rows are exactly the wait topic's open waits: (seconds taken or
     None, open waits, rows)."""
@@ -125,7 +125,7 @@ async def run_registry_outage(rig: Rig, stack: LocalStack, *, down_s: float, pha
         await asyncio.to_thread(stack.postgres.wait_healthy)
         tps_after = await _calls_per_s(rig, phase_s, job)
         await rig.kill_pod("pod")
-        converged_s, open_waits, rows = await _table_matches(rig, registry, job,
+        converged_s, open_waits, rows = await table_matches(rig, registry, job,
                                                              timeout_s=max(120.0, down_s))
         producing.cancel()
         rig.start_pod("drain", "--concurrency", str(DRAIN_WINDOW), "--wait-expiration", "2h")

@@ -25,6 +25,7 @@ from aiokafka.errors import KafkaError
 
 from dispatcher.ports import free_port
 from loadtest.harness.accounting import Account, Allowed, AtTheKill, Observed, account
+from loadtest.harness.clients import client_options
 from loadtest.harness.observe import (
     committed_offsets,
     end_offsets,
@@ -35,6 +36,7 @@ from loadtest.harness.observe import (
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 
 SAMPLE_EVERY_S = 0.5
+NOTE_RETRY_S = 60.0  # noting a fault asked again after a retriable Kafka error
 
 
 @dataclass
@@ -47,8 +49,9 @@ class CommitWatch:
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, committed, end)
 
     async def run(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        options = client_options(self.bootstrap, "waitline-chaos")
+        admin = AIOKafkaAdminClient(**options)
+        consumer = AIOKafkaConsumer(**options, enable_auto_commit=False)
         await admin.start()
         await consumer.start()
         try:
@@ -186,10 +189,31 @@ class Rig:
         pod.send_signal(signal.SIGKILL)
         await asyncio.to_thread(pod.wait)
         self.exits[name] = pod.returncode
-        wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
-        self.kills.append(AtTheKill(
-            committed=await committed_offsets(self.bootstrap, self.group, self.topic),
-            prepared=wait.seen, closed=wait.closed))
+        await self.note_fault()
+
+    async def note_fault(self) -> AtTheKill:
+        """Note what Kafka holds at a fault the pod lives through (a broker killed, frozen,
+        restarted): like a pod's kill, a fault may end in a rebalance that fetches again from
+        the committed offset, so it adds its window and the records prepared since the last
+        commit to the bound on repeated calls."""
+        # The offsets first: a live pod may commit past records it prepares after the wait
+        # topic was read, never past one it has not prepared. Asked again, both, after a
+        # retriable error: a node just back from a fault may refuse or reset a new connection
+        # for a moment after it is seen serving (two nodes down on the secured cluster).
+        deadline = time.monotonic() + NOTE_RETRY_S
+        while True:
+            try:
+                committed = await committed_offsets(self.bootstrap, self.group, self.topic)
+                wait = await read_wait_topic(self.bootstrap, f"{self.group}.wait")
+                break
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                self.say(f"  noting the fault again after {exc!r}")
+                await asyncio.sleep(1.0)
+        noted = AtTheKill(committed=committed, prepared=wait.seen, closed=wait.closed)
+        self.kills.append(noted)
+        return noted
 
     async def wait_joined(self, name: str, timeout_s: float = 60.0) -> None:
         """Until the pod has joined its group (a SIGTERM before its signal handlers are set

@@ -3,6 +3,8 @@ the mock counterparty's calls per Idempotency-Key. Feeds `loadtest.harness.accou
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -10,14 +12,17 @@ from dataclasses import dataclass
 import aiohttp
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from connectors.rows import WaitEvent, open_waits
 from dispatcher.wire import parse_dlq_record, parse_wait_record, wait_id_for
 from loadtest.harness.accounting import Coordinates
+from loadtest.harness.clients import KafkaTarget, client_options
 from loadtest.harness.processes import HarnessError
 
 READ_BATCH_TIMEOUT_MS = 1000
+COORDINATOR_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -30,10 +35,10 @@ class WaitTopicState:
         return self.seen - self.closed
 
 
-async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
+async def topic_partitions(kafka: KafkaTarget, topic: str) -> list[TopicPartition]:
     """`topic`'s partitions, asked of the cluster (a client's cached metadata may predate it);
     empty when the topic does not exist."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**client_options(kafka))
     await admin.start()
     try:
         described = await admin.describe_topics([topic])
@@ -43,13 +48,13 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[TopicPartition]:
                   for t in described if t["error_code"] == 0 for p in t["partitions"])
 
 
-async def _read_to_end(bootstrap: str, topic: str,
+async def _read_to_end(kafka: KafkaTarget, topic: str,
                        each: Callable[[ConsumerRecord[bytes, bytes]], None]) -> None:
     """Every record of `topic` up to its end now, partition by partition in offset order."""
-    partitions = await topic_partitions(bootstrap, topic)
+    partitions = await topic_partitions(kafka, topic)
     if not partitions:
         return
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_options(kafka), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -68,7 +73,7 @@ async def _read_to_end(bootstrap: str, topic: str,
         await consumer.stop()
 
 
-async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopicState:
+async def read_wait_topic(kafka: KafkaTarget, topic: str) -> WaitTopicState:
     """Every wait id of `topic`, and those the registry would close, by its rules (a late
     prepare of an earlier owner, a withdrawal: connectors/rows.py)."""
     records: list[ConsumerRecord[bytes, bytes]] = []
@@ -77,7 +82,7 @@ async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopicState:
         parse_wait_record(record.key, record.value, tuple(record.headers))  # ours, strictly
         records.append(record)
 
-    await _read_to_end(bootstrap, topic, add)
+    await _read_to_end(kafka, topic, add)
     seen = frozenset(uuid.UUID((r.key or b"").decode()) for r in records)
     return WaitTopicState(seen, seen - registry_open(records, topic))
 
@@ -95,7 +100,7 @@ def registry_open(records: Sequence[ConsumerRecord[bytes, bytes]],
     return set(rows)
 
 
-async def read_dlq_exceptions(bootstrap: str, topic: str,
+async def read_dlq_exceptions(kafka: KafkaTarget, topic: str,
                               group: str) -> dict[uuid.UUID, list[str]]:
     """Wait id -> the exception of each of its DLQ records (the id rebuilt from the original's
     coordinates where a record does not carry it)."""
@@ -108,14 +113,14 @@ async def read_dlq_exceptions(bootstrap: str, topic: str,
                                                source.offset)
         found.setdefault(wait_id, []).append(entry.failure.exception)
 
-    await _read_to_end(bootstrap, topic, add)
+    await _read_to_end(kafka, topic, add)
     return found
 
 
-async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUID, Coordinates]:
+async def input_records(kafka: KafkaTarget, group: str, topic: str) -> dict[uuid.UUID, Coordinates]:
     """Every record of the input topic, by the wait id `group` gives it."""
-    partitions = await topic_partitions(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    partitions = await topic_partitions(kafka, topic)
+    consumer = AIOKafkaConsumer(**client_options(kafka), enable_auto_commit=False)
     await consumer.start()
     try:
         starts = await consumer.beginning_offsets(partitions)
@@ -126,12 +131,12 @@ async def input_records(bootstrap: str, group: str, topic: str) -> dict[uuid.UUI
             for tp in partitions for offset in range(starts[tp], ends[tp])}
 
 
-async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+async def end_offsets(kafka: KafkaTarget, topic: str) -> dict[int, int]:
     """`topic`'s end offset per partition (empty when the topic does not exist)."""
-    partitions = await topic_partitions(bootstrap, topic)
+    partitions = await topic_partitions(kafka, topic)
     if not partitions:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(**client_options(kafka))
     await consumer.start()
     try:
         return {tp.partition: offset
@@ -140,22 +145,32 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset per partition of `topic` (absent where none)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def committed_offsets(kafka: KafkaTarget, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset per partition of `topic` (absent where none). A retriable
+    error (the group's coordinator not yet elected, or moving to another broker) is asked again
+    for up to COORDINATOR_WAIT_S."""
+    admin = AIOKafkaAdminClient(**client_options(kafka))
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(group)
+        deadline = time.monotonic() + COORDINATOR_WAIT_S
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+                break
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
     finally:
         await admin.close()
     return {tp.partition: meta.offset for tp, meta in offsets.items()
             if tp.topic == topic and meta.offset >= 0}
 
 
-async def fully_committed(bootstrap: str, group: str, topic: str) -> bool:
+async def fully_committed(kafka: KafkaTarget, group: str, topic: str) -> bool:
     """True when the group has committed every partition of `topic` up to its end."""
-    ends = await end_offsets(bootstrap, topic)
-    committed = await committed_offsets(bootstrap, group, topic)
+    ends = await end_offsets(kafka, topic)
+    committed = await committed_offsets(kafka, group, topic)
     return all(committed.get(p, 0) == end for p, end in ends.items())
 
 

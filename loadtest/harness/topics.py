@@ -8,20 +8,24 @@ import time
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dispatcher.errors import WaitlineError
+from dispatcher.kafka.topics import replication_factor
+from loadtest.harness.clients import KafkaTarget, client_options
 
 INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int = INPUT_PARTITIONS,
+async def create_topic(kafka: KafkaTarget, topic: str, partitions: int = INPUT_PARTITIONS,
                        configs: dict[str, str] | None = None) -> None:
-    """Create `topic` and return once the broker's metadata lists all its partitions: a pod
-    started at once checks its input topics there (a loaded broker updates it after the
-    create returned; pods then exited "input topic(s) not found")."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    """Create `topic` (replicated as the pod replicates the topics it creates: on up to three
+    brokers) and return once the broker's metadata lists all its partitions: a pod started at
+    once checks its input topics there (a loaded broker updates it after the create returned;
+    pods then exited "input topic(s) not found")."""
+    admin = AIOKafkaAdminClient(**client_options(kafka))
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        await admin.create_topics([NewTopic(topic, partitions, await replication_factor(admin),
+                                            topic_configs=configs or {})])
         deadline = time.monotonic() + TOPIC_VISIBLE_TIMEOUT_S
         while True:
             [described] = await admin.describe_topics([topic])

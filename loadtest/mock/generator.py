@@ -22,11 +22,14 @@ from aiokafka.errors import KafkaError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from dispatcher.errors import ConfigError, ProduceError
+from dispatcher.kafka.clients import make_producer
+from loadtest.harness.clients import KafkaTarget, kafka_config
 
 # A fixed default keeps make_record pure; produce() stamps the real time instead.
 REFERENCE_OPERATION_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 # Sends not yet acknowledged; past this, produce() waits for the oldest, bounding memory.
 MAX_UNACKED_SENDS = 10_000
+CLIENT_ID = "waitline-generator"
 LINGER_MS = 20
 MAX_BATCH_BYTES = 256 * 1024
 # Pacing sleeps shorter than this cost more timer wake-ups than they smooth.
@@ -51,7 +54,7 @@ def make_record(counter: int, rng: random.Random, *,
     return operation_id.encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
-async def produce(bootstrap_servers: str, topic: str, count: int, *,
+async def produce(kafka: KafkaTarget, topic: str, count: int, *,
                   rate_per_s: float | None = None, progress: bool = True,
                   start: int = 0, keys: int | None = None) -> int:
     """Write records `start`..`start+count-1` to `topic`; returns how many Kafka acknowledged.
@@ -66,10 +69,9 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
         raise ConfigError(f"keys must be at least 1, not {keys}")
     if rate_per_s is not None and not rate_per_s > 0:
         raise ConfigError(f"rate must be a positive number of records per second, not {rate_per_s}")
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap_servers, acks="all", enable_idempotence=True,
-        linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES,
-    )
+    # The pod's producer settings (durable_writes: acks=all, idempotent), batched.
+    config = kafka_config(kafka, CLIENT_ID)
+    producer = make_producer(config, linger_ms=LINGER_MS, max_batch_size=MAX_BATCH_BYTES)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeRemainingColumn(), disable=not progress)
     try:
@@ -83,8 +85,8 @@ async def produce(bootstrap_servers: str, topic: str, count: int, *,
         finally:
             await producer.stop()  # also after a failed start, which leaves the client open
     except KafkaError as exc:
-        raise ProduceError(f"producing to {topic!r} at {bootstrap_servers} failed: {exc!r}") \
-            from exc
+        raise ProduceError(f"producing to {topic!r} at {config.bootstrap_servers} failed: "
+                           f"{exc!r}") from exc
 
 
 async def _send_all(producer: AIOKafkaProducer, topic: str, counters: range,

@@ -4,22 +4,32 @@ ones included), its index in real PostgreSQL, and the console served on a free l
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from dlq_helpers import read_records
 from pydantic import SecretStr
 
 from connectors.dlq_index import apply_index, index_row
-from dispatcher.console.app import Console, build_app
+from dispatcher.console.app import Console
+from dispatcher.console.sampler import WatchSettings
+from dispatcher.console.server import console_runner
 from dispatcher.console.settings import ConsoleSettings, Credential, Role
 from dispatcher.console.store import Store
 from dispatcher.kafka.config import KafkaClientSettings
@@ -141,21 +151,38 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve_console(dlq: ConsoleDlq, **settings: object) -> AsyncIterator[str]:
-    """The console for `dlq` on a free loopback port; yields its base URL."""
+async def serve_console(dlq: ConsoleDlq, ssl_context: ssl.SSLContext | None = None,
+                        watch: WatchSettings | None = None,
+                        **settings: object) -> AsyncIterator[str]:
+    """The console for `dlq` on a free loopback port (over TLS with `ssl_context`; `watch`:
+    where the pods' status endpoints are, how often it samples); yields its base URL."""
     config = ConsoleSettings(credentials=credentials(), host="127.0.0.1", port=free_port(),
                              **settings)  # type: ignore[arg-type]
     kafka = KafkaClientSettings(bootstrap_servers=dlq.bootstrap,
                                 client_id="waitline-console-test").kafka()
     console = Console(config, dlq.dlq_topic, f"{dlq.group}.wait", [dlq.group], kafka,
-                      Store(dlq.dsn))
-    runner = web.AppRunner(build_app(console), access_log=None, shutdown_timeout=1)
+                      Store(dlq.dsn), watch or WatchSettings())
+    runner = console_runner(console, shutdown_timeout=1)
     await runner.setup()
-    await web.TCPSite(runner, config.host, config.port).start()
+    await web.TCPSite(runner, config.host, config.port, ssl_context=ssl_context).start()
     try:
-        yield f"http://{config.host}:{config.port}"
+        yield f"{'https' if ssl_context else 'http'}://{config.host}:{config.port}"
     finally:
-        await runner.cleanup()
+        await _cleanup_closing_every_socket(runner)
+
+
+async def _cleanup_closing_every_socket(runner: web.AppRunner) -> None:
+    """`runner.cleanup()`, then close what it only began to close: a TLS connection's close
+    waits (up to 30 s) for the client's close_notify, which a browser kept open by the test may
+    never send; the loop ended first and its socket was left for the garbage collector, whose
+    ResourceWarning then failed whatever test ran next."""
+    server = runner.server
+    transports = [c.transport for c in server.connections
+                  if c.transport is not None] if server is not None else []
+    await runner.cleanup()
+    for transport in transports:
+        transport.abort()
+    await asyncio.sleep(0)  # the aborts close their sockets on the next pass of the loop
 
 
 class ConsoleThread:
@@ -196,3 +223,43 @@ class ConsoleThread:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
+
+
+def loopback_console(dsn: str, *, dlq_topic: str = "orders.dlq",
+                     bootstrap: str = "127.0.0.1:9", **settings: object) -> Console:
+    """A console on the registry `dsn` whose Kafka is `bootstrap` (by default a closed port:
+    for what needs no record), with the test credentials and `settings`."""
+    settings.setdefault("credentials", credentials())
+    config = ConsoleSettings(**settings)  # type: ignore[arg-type]
+    kafka = KafkaClientSettings(bootstrap_servers=bootstrap, client_id="test").kafka()
+    return Console(config, dlq_topic, dlq_topic.removesuffix(".dlq") + ".wait", [], kafka,
+                   Store(dsn))
+
+
+def make_certificate(folder: Path, names: Sequence[str] = ("localhost", "127.0.0.1"), *,
+                     password: bytes | None = None) -> tuple[Path, Path]:
+    """A self-signed certificate for `names` (DNS names or IP addresses) and its key, as PEM
+    files in `folder` (the key encrypted with `password` when given); returns their paths."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    alternatives: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alternatives.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alternatives.append(x509.DNSName(name))
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.NoEncryption() if password is None
+        else serialization.BestAvailableEncryption(password))
+    cert_path, key_path = folder / "console.crt", folder / "console.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8, encryption))
+    return cert_path, key_path

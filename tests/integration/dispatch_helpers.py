@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import re
 import signal
 import sys
@@ -35,6 +36,7 @@ from dispatcher.wire import (
     parse_wait_record,
     wait_id_for,
 )
+from loadtest.harness.clients import KafkaTarget, client_options
 from loadtest.harness.observe import (  # noqa: F401 - re-exported for the tests
     committed_offsets,
     end_offsets,
@@ -51,13 +53,13 @@ HOLDS_PARTITIONS_LOG = r"partitions assigned: (?!none)"
 
 # --- Kafka ---------------------------------------------------------------------------------
 
-async def create_topic(bootstrap: str, name: str, partitions: int = 3,
+async def create_topic(kafka: KafkaTarget, name: str, partitions: int = 3,
                        configs: dict[str, str] | None = None) -> None:
-    await create_and_wait(bootstrap, name, partitions, configs)
+    await create_and_wait(kafka, name, partitions, configs)
 
 
-async def topic_exists(bootstrap: str, name: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def topic_exists(kafka: KafkaTarget, name: str) -> bool:
+    admin = AIOKafkaAdminClient(**client_options(kafka))
     await admin.start()
     try:
         return name in await admin.list_topics()
@@ -75,11 +77,11 @@ class InputRecord:
     partition: int | None = 0
 
 
-async def produce_records(bootstrap: str, topic: str,
+async def produce_records(kafka: KafkaTarget, topic: str,
                           records: Sequence[InputRecord]) -> list[SourceRecord]:
     """Write `records` in order and return them as consumed records will look (coordinates,
     timestamp), for exact comparison with what the dispatcher wrote."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+    producer = AIOKafkaProducer(**client_options(kafka), acks="all", enable_idempotence=True,
                                 max_request_size=LARGE_RECORD_BYTES)
     await producer.start()
     sent: list[SourceRecord] = []
@@ -112,13 +114,13 @@ async def _send_null_key_and_value(producer: AIOKafkaProducer, topic: str, recor
     return await delivered
 
 
-async def read_topic(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+async def read_topic(kafka: KafkaTarget, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record of `topic` up to its current end, partition by partition in offset order;
     empty when the topic does not exist."""
-    partitions = await topic_partitions(bootstrap, topic)
+    partitions = await topic_partitions(kafka, topic)
     if not partitions:
         return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_options(kafka), enable_auto_commit=False,
                                 max_partition_fetch_bytes=LARGE_RECORD_BYTES)
     await consumer.start()
     records: list[ConsumerRecord[bytes, bytes]] = []
@@ -159,11 +161,11 @@ class WaitTopic:
         return {wait_id for wait_id, closed in self.closed.items() if not closed}
 
 
-async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopic:
+async def read_wait_topic(kafka: KafkaTarget, topic: str) -> WaitTopic:
     """Each wait id's prepares and tombstones, and whether the registry would close it (by its
     rules: a late prepare of an earlier owner, a withdrawal; connectors/rows.py)."""
     state = WaitTopic()
-    records = await read_topic(bootstrap, topic)
+    records = await read_topic(kafka, topic)
     for record in records:
         entry = parse_wait_record(record.key, record.value, record.headers)
         if entry.is_tombstone:
@@ -177,18 +179,18 @@ async def read_wait_topic(bootstrap: str, topic: str) -> WaitTopic:
     return state
 
 
-async def read_dlq(bootstrap: str, topic: str) -> list[DlqEntry]:
-    return [parse_dlq_record(r.key, r.value, r.headers) for r in await read_topic(bootstrap, topic)]
+async def read_dlq(kafka: KafkaTarget, topic: str) -> list[DlqEntry]:
+    return [parse_dlq_record(r.key, r.value, r.headers) for r in await read_topic(kafka, topic)]
 
 
 def wait_ids(group: str, sources: Sequence[SourceRecord]) -> list[uuid.UUID]:
     return [wait_id_for(group, s.topic, s.partition, s.offset) for s in sources]
 
 
-async def input_wait_ids(bootstrap: str, group: str, topic: str) -> set[uuid.UUID]:
+async def input_wait_ids(kafka: KafkaTarget, group: str, topic: str) -> set[uuid.UUID]:
     """The wait id of every record of `topic` (by coordinates, as the dispatcher derives them)."""
     return {wait_id_for(group, topic, partition, offset)
-            for partition, end in (await end_offsets(bootstrap, topic)).items()
+            for partition, end in (await end_offsets(kafka, topic)).items()
             for offset in range(end)}
 
 
@@ -324,15 +326,26 @@ def dispatch_argv(**flags: str | int | bool) -> list[str]:
     return argv
 
 
+class PodExitedError(AssertionError):
+    """The pod ended while a test waited for something it had to do."""
+
+    def __init__(self, code: int, log: str, what: str) -> None:
+        super().__init__(f"dispatcher exited {code} before {what}:\n{log[-3000:]}")
+        self.code, self.log = code, log
+
+
 class DispatcherProcess:
-    """A `waitline dispatch` subprocess whose output goes to `log_path`, run in `cwd` if given;
-    killed on exit if it is still running. `async with DispatcherProcess(argv, log_path) as pod:`.
+    """A `waitline dispatch` subprocess whose output goes to `log_path`, run in `cwd` if given,
+    with `env` added to this process's environment; killed on exit if it is still running.
+    `async with DispatcherProcess(argv, log_path) as pod:`.
     """
 
-    def __init__(self, argv: list[str], log_path: Path, cwd: Path | None = None) -> None:
+    def __init__(self, argv: list[str], log_path: Path, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self._argv = argv
         self.log_path = log_path
         self._cwd = cwd
+        self._env = env
         self._process: asyncio.subprocess.Process | None = None
 
     @property
@@ -358,6 +371,20 @@ class DispatcherProcess:
             await asyncio.sleep(0.1)
         return match
 
+    async def wait_while_running(self, condition: Callable[[], bool | Awaitable[bool]],
+                                 what: str, timeout_s: float = 60.0) -> None:
+        """`wait_until` `condition`, failing at once, with the exit code and the log's tail,
+        if the process ends first: a pod that stopped will not make it hold."""
+        async def holds_or_ended() -> bool:
+            result = condition()
+            if await result if inspect.isawaitable(result) else result:
+                return True
+            if self.process.returncode is not None:
+                raise PodExitedError(self.process.returncode, self.log(), what)
+            return False
+
+        await wait_until(holds_or_ended, what, timeout_s)
+
     def send(self, signum: signal.Signals) -> None:
         self.process.send_signal(signum)
 
@@ -369,7 +396,8 @@ class DispatcherProcess:
         with self.log_path.open("ab") as out:
             self._process = await asyncio.create_subprocess_exec(
                 *self._argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, cwd=self._cwd)
+                stdin=asyncio.subprocess.DEVNULL, cwd=self._cwd,
+                env={**os.environ, **self._env} if self._env else None)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

@@ -48,10 +48,16 @@ class Dlq:
         return CliRunner().invoke(app, [*args, "--bootstrap-servers", self.bootstrap],
                                   input=stdin, env={"COLUMNS": "300"})
 
-    def json(self, *args: str) -> Any:
-        result = self.run(*args, "--json")
+    def json_lines(self, *args: str) -> list[Any]:
+        """`--output json`: one JSON object per line."""
+        result = self.run(*args, "--output", "json")
         assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
+        return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+    def json(self, *args: str) -> Any:
+        """`--output json` of a command that prints one object (a summary, a report)."""
+        (one,) = self.json_lines(*args)
+        return one
 
     def written(self, topic: str) -> list[Original]:
         """What replays wrote to `topic`, without the idempotency-key header a replay adds

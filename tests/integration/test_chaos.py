@@ -15,8 +15,16 @@ from loadtest.harness.accounting import Outcome
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+# Outside make test's time (make test-extended, make chaos): the registry scenario, 128 s of
+# CI's Kafka tier on 2026-11-27 (a Spark job started under a PostgreSQL outage); make test keeps
+# the mirror's own PostgreSQL outage (test_reconcile_spark.py) beside the other five scenarios.
+EXTENDED = {"registry"}
+
+
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("scenario", [
+    pytest.param(name, marks=pytest.mark.extended if name in EXTENDED else ())
+    for name in SCENARIOS])
 async def test_the_short_fault_suite_loses_nothing(
     scenario: str, kafka_bootstrap: str, local_stack: LocalStack, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.paths import REPO_ROOT
+from spark_jobs.class_archive import archive_dir
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -40,19 +41,34 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
                           check=False)  # fmt: skip
 
 
+@pytest.mark.extended  # a second build of ~35 s quiet, 2-3 min under CI's load
 def test_a_built_archive_serves_spark_and_connector_classes(tmp_path: Path) -> None:
-    built = _run(["-m", "devstack.class_archive", "--dir", str(tmp_path / "cds")])
+    """From nothing, in a folder of its own."""
+    _check_builds_and_serves(tmp_path / "cds", tmp_path)
+
+
+def test_the_archive_make_setup_built_serves_spark_and_connector_classes(
+        tmp_path: Path) -> None:
+    """The archive in the cache, as `make setup` left it (built now if it did not): the one
+    every job of this run maps."""
+    _check_builds_and_serves(None, tmp_path)
+
+
+def _check_builds_and_serves(directory: Path | None, tmp_path: Path) -> None:
+    where = [] if directory is None else ["--dir", str(directory)]
+    built = _run(["-m", "devstack.class_archive", *where, "--if-stale"])
     assert built.returncode == 0, built.stderr[-3000:]
     assert "Spark class archive:" in built.stdout
-    assert sorted(p.name for p in (tmp_path / "cds").iterdir()) == [
+    cds = directory or archive_dir()
+    assert sorted(p.name for p in cds.iterdir()) == [
         "reconcile.jsa", "reconcile.stamp.json"]  # the training's files are gone
 
-    again = _run(["-m", "devstack.class_archive", "--dir", str(tmp_path / "cds"), "--if-stale"])
+    again = _run(["-m", "devstack.class_archive", *where, "--if-stale"])
     assert again.returncode == 0
     assert "current" in again.stdout
 
     loads = tmp_path / "class-load.log"
-    used = _run(["-c", USE_ARCHIVE, str(tmp_path / "cds"), str(loads)])
+    used = _run(["-c", USE_ARCHIVE, str(cds), str(loads)])
     assert used.returncode == 0, used.stderr[-3000:]
     sources = {line.split()[1]: line for line in loads.read_text().splitlines()
                if "[class,load]" in line}  # fmt: skip

@@ -5,8 +5,8 @@ the chart's terminationGracePeriodSeconds, every record called exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-import yaml
+from chart_render import helm_render
 from dispatch_helpers import (
     Answer,
     DispatcherProcess,
@@ -33,25 +33,13 @@ from loadtest.mock.generator import produce
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "waitline"
 RECORDS = 40
 CALL_S = 1.0  # each call takes this long: SIGTERM finds calls in flight
 
 
 def rendered_dispatcher(*sets: str) -> dict[str, Any]:
     """The dispatcher Deployment `helm template` renders from the default values and `sets`."""
-    gobin, gopath = subprocess.run(["go", "env", "GOBIN", "GOPATH"], capture_output=True,
-                                   text=True, check=True).stdout.split("\n")[:2]
-    helm = Path(gobin or Path(gopath) / "bin") / "helm"
-    binary = str(helm) if helm.is_file() else shutil.which("helm")
-    assert binary, "helm is missing: run `make setup`"
-    result = subprocess.run(
-        [binary, "template", "wl", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
-         *(arg for s in sets for arg in ("--set", s))],
-        capture_output=True, text=True, check=False, timeout=60)
-    assert result.returncode == 0, result.stderr
-    (deployment,) = [doc for doc in yaml.safe_load_all(result.stdout) if doc
-                     and doc["kind"] == "Deployment"
+    (deployment,) = [doc for doc in helm_render(sets=sets) if doc["kind"] == "Deployment"
                      and doc["metadata"]["labels"]["app.kubernetes.io/component"] == "dispatcher"]
     return dict(deployment)
 
@@ -76,7 +64,8 @@ async def test_the_rendered_pod_answers_its_probes_and_drains_within_its_grace(
             f"kafka.bootstrapServers={kafka_bootstrap}", f"dispatcher.metricsPort={free_port()}",
             f"dispatcher.counterpartyUrl={counterparty.url}",
             f"dispatcher.settings.input-topic={topic}", f"dispatcher.settings.group={group}",
-            "dispatcher.settings.concurrency=10", "dispatcher.drainGraceSeconds=15")
+            "dispatcher.settings.concurrency=10", "dispatcher.settings.deadline=10s",
+            "dispatcher.drainGraceSeconds=15")
         spec = deployment["spec"]["template"]["spec"]
         (container,) = spec["containers"]
         for name in [n for n in os.environ if n.startswith("WAITLINE_")]:
@@ -132,5 +121,44 @@ async def test_the_pods_metrics_server_serves_the_probe_paths() -> None:
             assert await status_of(http, readiness) == 503
             ready = True
             assert await status_of(http, readiness) == 200
+    finally:
+        await server.stop()
+
+
+def helm_test_script(port: int) -> tuple[str, str]:
+    """The `helm test` pod's script, rendered for `port`, and the host it resolves."""
+    (pod,) = [doc for doc in helm_render(sets=(f"dispatcher.metricsPort={port}",))
+              if doc["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    (script,) = container["args"]
+    (service,) = [doc["metadata"]["name"] for doc in helm_render()
+                  if doc["kind"] == "Service" and doc["metadata"]["name"].endswith("-metrics")]
+    return script, f"{service}.default.svc"
+
+
+async def test_the_helm_test_passes_on_a_ready_pod_and_fails_on_one_that_is_not() -> None:
+    """`helm test`'s script, run here against the pod's own metrics server on loopback (in the
+    cluster it resolves the metrics Service to the ready pods): 0 once the probes answer 200,
+    1 while readiness answers 503."""
+    ready = False
+    server = MetricsServer(DispatcherMetrics(), lambda: ready, "127.0.0.1", 0)
+    await server.start()
+    try:
+        script, host = helm_test_script(server.bound_port)
+        assert host in script
+        script = script.replace(host, "127.0.0.1")
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                  text=True, timeout=60, check=False)
+
+        not_ready = await asyncio.to_thread(run)
+        assert not_ready.returncode == 1, not_ready.stdout + not_ready.stderr
+        assert "/readyz: HTTPError" in not_ready.stdout
+        ready = True
+        passed = await asyncio.to_thread(run)
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        assert "127.0.0.1/healthz: 200" in passed.stdout
     finally:
         await server.stop()

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.paths import spark_jars_dir
+from spark_jobs.session import KAFKA_CONNECTOR_JAR_PREFIX
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,3 +83,22 @@ def test_the_build_stage_makes_the_wheel_uv_build_makes(name: str, tmp_path: Pat
     entry_points = next(v for k, v in wheel_files(wheel).items()
                         if k.endswith("/entry_points.txt")).decode()
     assert "waitline = dispatcher.cli:main" in entry_points
+
+
+def test_the_jars_stage_resolves_the_jars_make_setup_fetched(tmp_path: Path) -> None:
+    """The reconcile image's `jars` stage, run here on a copy of what it COPYs: its Maven
+    command yields the same jars as the folder `make setup` filled (offline, from Maven's local
+    repository), so the image holds the connector the tests run with."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "compose" / "Dockerfile.reconcile").read_text())
+    stage = next(part for part in text.split("\nFROM ") if part.split("\n", 1)[0].endswith(
+        " AS jars"))
+    (copy,) = re.findall(r"^COPY\s+(.+)$", stage, re.MULTILINE)
+    source, target = shlex.split(copy)
+    (run,) = re.findall(r"^RUN\s+(.+)$", stage, re.MULTILINE)
+    shutil.copy2(ROOT / source, tmp_path / target)
+    out = tmp_path / "jars"
+    subprocess.run(["bash", "-c", run.replace("mvn ", "mvn -o ").replace("/jars", str(out))],
+                   cwd=tmp_path, check=True, timeout=BUILD_TIMEOUT_S, capture_output=True)
+    assert sorted(jar.name for jar in out.glob("*.jar")) == sorted(
+        jar.name for jar in spark_jars_dir().glob("*.jar"))
+    assert any(jar.name.startswith(KAFKA_CONNECTOR_JAR_PREFIX) for jar in out.glob("*.jar"))

@@ -28,6 +28,7 @@ from dispatcher.dlq.replay import ReplayOutcome, execute_replay
 from dispatcher.dlq.session import KafkaSession, QuietObserver
 from dispatcher.errors import ProduceError
 from dispatcher.kafka.config import KafkaConfig
+from dispatcher.wire import SourceRecord
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +44,8 @@ def test_list_shows_every_record_oldest_first(dlq: Dlq) -> None:
 
 
 def test_list_json_filters_by_exception_and_original_topic(dlq: Dlq) -> None:
-    listed = dlq.json("list", "--dlq-topic", dlq.topic, "--exception", "TimeoutError",
-                      "--original-topic", dlq.orders)
-    assert (listed["scanned"], listed["matching"]) == (5, 2)
-    rows = listed["records"]
+    rows = dlq.json_lines("list", "--dlq-topic", dlq.topic, "--exception", "TimeoutError",
+                          "--original-topic", dlq.orders)
     assert [(r["dlq_partition"], r["dlq_offset"]) for r in rows] == [(0, 0), (0, 2)]
     assert rows[0]["key"] == "base64:AP9rZXk="
     assert (rows[0]["original_topic"], rows[0]["original_partition"],
@@ -57,12 +56,13 @@ def test_list_json_filters_by_exception_and_original_topic(dlq: Dlq) -> None:
 
 
 def test_list_since_and_limit(dlq: Dlq) -> None:
-    recent = dlq.json("list", "--group", dlq.group, "--since", "1d")
-    assert recent["matching"] == 4
-    assert (0, 0) not in [(r["dlq_partition"], r["dlq_offset"]) for r in recent["records"]]
-    limited = dlq.json("list", "--group", dlq.group, "--limit", "1")
-    assert limited["matching"] == 5
-    assert [(r["dlq_partition"], r["dlq_offset"]) for r in limited["records"]] == [(0, 0)]
+    recent = dlq.json_lines("list", "--group", dlq.group, "--since", "1d")
+    assert len(recent) == 4
+    assert (0, 0) not in [(r["dlq_partition"], r["dlq_offset"]) for r in recent]
+    limited = dlq.json_lines("list", "--group", dlq.group, "--limit", "1")
+    assert [(r["dlq_partition"], r["dlq_offset"]) for r in limited] == [(0, 0)]
+    table = dlq.run("list", "--group", dlq.group, "--limit", "1")
+    assert "showing the 1 oldest of 5 matching records (5 scanned)" in table.stdout
 
 
 def test_stats_count_by_exception_and_topic(dlq: Dlq) -> None:
@@ -98,7 +98,7 @@ def test_show_decodes_the_record_in_full(dlq: Dlq) -> None:
 
 
 def test_show_by_wait_id_and_a_malformed_record(dlq: Dlq) -> None:
-    found = dlq.json("show", "--group", dlq.group, "--wait-id", dlq.wait_ids[1])
+    found = dlq.json_lines("show", "--group", dlq.group, "--wait-id", dlq.wait_ids[1])
     assert [(d["dlq_partition"], d["dlq_offset"]) for d in found] == [(0, 1)]
     assert found[0]["original"]["key"] is None
     junk = dlq.json("show", "--group", dlq.group, "--partition", "1", "--offset", "1")
@@ -118,7 +118,8 @@ def test_show_by_wait_id_and_a_malformed_record(dlq: Dlq) -> None:
          "has partitions 0 to 1, not 7"),
         (["show", "--group", "{group}", "--partition", "0"], "pass either --partition"),
         (["replay", "--group", "{group}", "--to-topic", "nowhere", "--yes"],
-         "target topic nowhere does not exist"),
+         "--to-topic nowhere: refused, not the records' original topic and not on "
+         "WAITLINE_REPLAY_TOPICS"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(dlq: Dlq, args: list[str], message: str) -> None:
@@ -155,8 +156,8 @@ def test_replay_writes_the_exact_originals_once(dlq: Dlq) -> None:
     assert (second["replayed"], second["already_replayed"]) == (0, 4)
     assert len(dlq.written(dlq.orders)) == 3
     assert len(dlq.written(dlq.refunds)) == 1
-    listed = dlq.json("list", "--group", dlq.group, "--original-topic", dlq.refunds)
-    assert listed["records"][0]["replayed_to"] == [dlq.refunds]
+    listed = dlq.json_lines("list", "--group", dlq.group, "--original-topic", dlq.refunds)
+    assert listed[0]["replayed_to"] == [dlq.refunds]
 
 
 def test_filtered_replay_leaves_the_rest_for_a_later_replay(dlq: Dlq) -> None:
@@ -188,9 +189,10 @@ def test_replay_asks_first_and_no_means_nothing_written(dlq: Dlq) -> None:
 
 
 def test_replay_to_another_topic_and_again_deliberately(
-    dlq: Dlq, unique_name: Callable[[str], str]
+    dlq: Dlq, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     staging = unique_name("staging")
+    monkeypatch.setenv("WAITLINE_REPLAY_TOPICS", f"elsewhere, {staging}")
 
     asyncio.run(create_topic(dlq.bootstrap, staging, 1))
     to_staging = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.refunds,
@@ -204,6 +206,63 @@ def test_replay_to_another_topic_and_again_deliberately(
                      "--include-replayed", "--yes")
     assert again["replayed_by_target"] == {dlq.refunds: 1}
     assert dlq.written(dlq.refunds) == dlq.originals[dlq.refunds] * 2
+
+
+def test_replay_to_a_topic_off_the_allowlist_is_refused_and_writes_nothing(
+    dlq: Dlq, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DLQ holds payment and personal data: `--to-topic` is an exfiltration path unless the
+    topic is on WAITLINE_REPLAY_TOPICS. The topic exists and Kafka would take the records."""
+    outside, staging = unique_name("outside"), unique_name("staging")
+    for topic in (outside, staging):
+        asyncio.run(create_topic(dlq.bootstrap, topic, 1))
+    monkeypatch.setenv("WAITLINE_REPLAY_TOPICS", staging)
+    refused = dlq.run("replay", "--group", dlq.group, "--to-topic", outside, "--yes")
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.strip().splitlines() == [
+        f"error: --to-topic {outside}: refused, not the records' original topic and not on "
+        "WAITLINE_REPLAY_TOPICS (a DLQ holds what failed, often payment or personal data: a "
+        "replay writes each record to its original topic, or to a topic the allowlist names)"]
+    assert dlq.written(outside) == []
+    assert not asyncio.run(topic_exists(dlq.bootstrap, f"{dlq.topic}.replayed"))
+
+    listed_but_missing = dlq.run("replay", "--group", dlq.group, "--to-topic",
+                                 unique_name("missing"), "--yes")
+    assert listed_but_missing.exit_code == 2  # off the list: refused before Kafka is asked
+    monkeypatch.setenv("WAITLINE_REPLAY_TOPICS", f"{staging},{dlq.group}.wait")
+    never = dlq.run("replay", "--group", dlq.group, "--to-topic", staging, "--yes")
+    assert never.exit_code == 2, never.output
+    assert (f"WAITLINE_REPLAY_TOPICS names '{dlq.group}.wait', the wait topic: a replay never "
+            "writes there") in never.stderr
+    assert dlq.written(staging) == []
+
+
+@pytest.mark.parametrize("claimed", ["{dlq}", "{dlq}.replayed", "{group}.wait",
+                                     "__consumer_offsets"])
+def test_a_record_claiming_a_forbidden_original_topic_refuses_the_replay(
+    dlq: Dlq, claimed: str
+) -> None:
+    """Whoever can write to the DLQ can make a record name any original topic: the replay
+    refuses the whole plan naming the topic (what a record claims is not a target), writes
+    nothing, and a filter leaving that record out replays the rest."""
+    topic = claimed.format(dlq=dlq.topic, group=dlq.group)
+    created = topic not in (dlq.topic, "__consumer_offsets")
+    if created:
+        asyncio.run(create_topic(dlq.bootstrap, topic, 1))
+    before = len(dlq.written_as_is(dlq.topic))
+    forged = SourceRecord(topic, 0, 1, b"forged", b'{"cardNumber": "4111111111111111"}', (), 0)
+    add_dlq_records(dlq, [(0, forged, TIMEOUT)])
+    refused = dlq.run("replay", "--group", dlq.group, "--yes")
+    assert refused.exit_code == 2, refused.output
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: refused: ") and f"{topic} is " in line, line
+    assert len(dlq.written_as_is(dlq.topic)) == before + 1  # only the forged record itself
+    assert dlq.written(dlq.orders) == [] and dlq.written(dlq.refunds) == []
+    if created:
+        assert dlq.written_as_is(topic) == []
+    rest = dlq.json("replay", "--group", dlq.group, "--original-topic", dlq.orders,
+                    "--original-topic", dlq.refunds, "--yes")
+    assert rest["replayed_by_target"] == {dlq.orders: 3, dlq.refunds: 1}
 
 
 def test_replay_sends_each_wait_id_once(dlq: Dlq) -> None:
@@ -241,7 +300,8 @@ def test_force_replays_every_dlq_record_of_a_wait_id_once(dlq: Dlq) -> None:
 
 def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "dispatcher", "dlq", "stats", "--group", dlq.group, "--json"],
+        [sys.executable, "-m", "dispatcher", "dlq", "stats", "--group", dlq.group, "--output",
+         "json"],
         capture_output=True, text=True, timeout=60, check=False,
         env={**os.environ, "WAITLINE_BOOTSTRAP_SERVERS": dlq.bootstrap},
     )
@@ -250,7 +310,7 @@ def test_waitline_dlq_runs_as_a_command(dlq: Dlq) -> None:
 
 
 def kafka_config(dlq: Dlq) -> KafkaConfig:
-    return KafkaConfig(dlq.bootstrap, "test", "PLAINTEXT", None, None, None, None, None, None)
+    return KafkaConfig(dlq.bootstrap, "test")
 
 
 async def plan_and_replay(dlq: Dlq) -> ReplayOutcome:

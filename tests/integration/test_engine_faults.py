@@ -32,7 +32,7 @@ from dispatch_helpers import (
 )
 
 from devstack.stack import LocalStack
-from dispatcher.kafka.clients import AckedWriter
+from dispatcher.kafka.clients import REQUEST_TIMEOUT_MS, AckedWriter
 from dispatcher.pod import runner
 from dispatcher.pod.runner import run_pod
 from dispatcher.pod.window import prepared_ahead
@@ -213,14 +213,26 @@ async def test_sigterm_lets_in_flight_calls_finish_within_the_grace(
     assert wait.open_ids == set()
 
 
+# Longer than the producer's request timeout, as a broker's restart can be: a batch older than
+# that is expired by aiokafka when it reads its partition without a leader (here: while the
+# restarted broker still loads its logs), after it numbered it, and the producer is out of
+# sequence for that partition (aiokafka#1017) until the writer replaces it. On one broker that
+# read is a matter of timing (one of three runs with 97-107 s outages on 2026-11-27 lost the
+# sequence, and its pod replaced its producer in 0.6 s); test_producer_sequence.py makes the
+# lost sequence on every run.
+OUTAGE_S = REQUEST_TIMEOUT_MS / 1000 + 10
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(540)
 async def test_a_broker_restart_mid_load_loses_nothing_and_leaves_nothing_open(
     kafka_bootstrap: str, local_stack: LocalStack, unique_name: Callable[[str], str],
     tmp_path: Path
 ) -> None:
-    """Kafka stops while records are in flight and comes back: writes are retried until it does,
-    so every record is called and closed; nothing is left open since the pod never died."""
+    """Kafka stops while records are in flight, for longer than the producer's request timeout,
+    and comes back: writes are retried until it does (on a new producer where the old one lost
+    its sequence), so every record is called and closed; nothing is left open since the pod
+    never died. About 90 s (the outage is 40 s, the broker's restart 10-30 s)."""
     count, window = 800, 10
     topic, group = unique_name("orders"), unique_name("billing")
     await create_topic(kafka_bootstrap, topic, partitions=4)
@@ -236,19 +248,30 @@ async def test_a_broker_restart_mid_load_loses_nothing_and_leaves_nothing_open(
                              "the pod is a fifth through", timeout_s=60)
             try:
                 await asyncio.to_thread(local_stack.kafka.stop)
+                stopped = time.monotonic()
                 calls_while_down = len(counterparty.calls)
-                await asyncio.sleep(3)
+                await asyncio.sleep(OUTAGE_S)
             finally:
                 await asyncio.to_thread(local_stack.kafka.start)
-                await asyncio.to_thread(local_stack.kafka.wait_healthy)
+                # A broker reloading its logs on a busy machine took over 90 s.
+                await asyncio.to_thread(local_stack.kafka.wait_healthy, 240)
+            outage_s = time.monotonic() - stopped
             assert calls_while_down < count, "Kafka stopped after the load was over"
-            await wait_until(lambda: fully_committed(kafka_bootstrap, group, topic),
-                             "the pod commits everything after the restart", timeout_s=120)
-            await wait_until(lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
-                             "every record is called", timeout_s=60)
+            await pod.wait_while_running(
+                lambda: fully_committed(kafka_bootstrap, group, topic),
+                "the pod commits everything after the restart", timeout_s=120)
+            await pod.wait_while_running(
+                lambda: {uuid.UUID(k) for k in counterparty.calls_per_key()} >= inputs,
+                "every record is called", timeout_s=60)
             pod.send(signal.SIGTERM)
             assert await pod.wait(60) == 0, pod.log()[-3000:]
 
+    calls = counterparty.calls_per_key()
+    repeated = sum(n - 1 for n in calls.values())
+    replaced = pod.log().count("starting a new producer")
+    print(f"broker restart: {count} records, outage {outage_s:.1f} s, "
+          f"{len(inputs - {uuid.UUID(k) for k in calls})} not called, {repeated} calls "
+          f"repeated, producer replaced {replaced} times")
     wait = await read_wait_topic(kafka_bootstrap, f"{group}.wait")
     assert set(wait.closed) == inputs
     assert wait.open_ids == set()

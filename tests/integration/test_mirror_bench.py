@@ -35,6 +35,7 @@ def test_the_spark_floor_counts_every_wait_event_cold_then_warm(
     assert all(float(row.split(" | ")[2]) > 0 for row in rows)
 
 
+@pytest.mark.extended  # 95 s of CI's Spark tier (2026-11-27): three JVM runs of the bench
 @pytest.mark.timeout(600)
 def test_mirror_bench_measures_a_converged_mirror_and_cleans_up(
     kafka_bootstrap: str, pg_dsn: str, tmp_path: Path

@@ -32,7 +32,8 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
 
 @pytest.mark.timeout(180)
 async def test_metrics_health_readiness_and_json_logs_describe_a_real_run(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic, group = unique_name("obs"), unique_name("obs-group")
     await create_topic(kafka_bootstrap, topic, partitions=2)
@@ -42,7 +43,10 @@ async def test_metrics_health_readiness_and_json_logs_describe_a_real_run(
     async with MockCounterparty(parse_model("fixed:20")) as mock, aiohttp.ClientSession() as http:
         argv = dispatch_argv(input_topic=topic, group=group, counterparty_url=mock.url,
                              bootstrap_servers=kafka_bootstrap, concurrency=WINDOW,
-                             metrics_port=port, log_format="json", sasl_password="s3cret-value")
+                             metrics_port=port, log_format="json")
+        # A secret the pod uses (never a flag); a SASL password would now be refused on this
+        # PLAINTEXT broker as a setting its protocol ignores.
+        monkeypatch.setenv("WAITLINE_HTTP_BEARER_TOKEN", "s3cret-value")
         async with DispatcherProcess(argv, tmp_path / "pod.log") as pod:
 
             async def finished() -> bool:

@@ -37,6 +37,7 @@ from dispatcher.wire import (
     withdrawal_of,
 )
 from spark_jobs.config import ReconcileConfig, parse_kafka_options
+from spark_jobs.kafka_options import spark_producer_options
 from spark_jobs.reconcile import ReconcileJob
 
 # Spark on a loaded 2-core machine: the first test also starts the JVM; not a speed check.
@@ -57,11 +58,11 @@ def test_config_defaults_topics_from_the_group_and_rejects_bad_values(tmp_path: 
 
 
 def test_kafka_options_pass_through_only_prefixed_client_properties() -> None:
-    options = ["kafka.security.protocol=SASL_SSL", "kafka.sasl.jaas.config=a=b"]
+    options = ["kafka.security.protocol=SASL_SSL", "kafka.client.dns.lookup=use_all_dns_ips"]
     assert parse_kafka_options(options) == {
         "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.jaas.config": "a=b",
-    }
+        "kafka.client.dns.lookup": "use_all_dns_ips",
+    }  # a secret-bearing one (the JAAS line) is refused: tests/unit/test_spark_kafka_options.py
     with pytest.raises(ConfigError, match=r"prefixed with 'kafka\.'"):
         parse_kafka_options(["security.protocol=SSL"])
     with pytest.raises(ConfigError, match="--bootstrap-servers"):
@@ -72,16 +73,26 @@ def test_kafka_options_pass_through_only_prefixed_client_properties() -> None:
 
 def test_the_source_waits_briefly_for_fetches_unless_the_user_says_otherwise() -> None:
     config = ReconcileConfig.build(group="g", bootstrap_servers="k:9092", dsn="d",
-                                   kafka_options=["kafka.security.protocol=SSL"])  # fmt: skip
+                                   kafka_options=["kafka.client.dns.lookup=use_all_dns_ips"])
     assert config.source_options() == {"kafka.bootstrap.servers": "k:9092",
+                                       "kafka.security.protocol": "PLAINTEXT",
                                        "kafka.fetch.max.wait.ms": "10",
-                                       "kafka.security.protocol": "SSL"}  # fmt: skip
-    # A consumer setting is not given to the DLQ's producer.
+                                       "kafka.client.dns.lookup": "use_all_dns_ips"}
+    # A consumer setting is not given to the DLQ's producer; the writers' durability is.
     assert config.sink_options() == {"kafka.bootstrap.servers": "k:9092",
-                                     "kafka.security.protocol": "SSL"}  # fmt: skip
+                                     "kafka.security.protocol": "PLAINTEXT",
+                                     "kafka.client.dns.lookup": "use_all_dns_ips",
+                                     **spark_producer_options()}
     tuned = ReconcileConfig.build(group="g", bootstrap_servers="k", dsn="d",
                                   kafka_options=["kafka.fetch.max.wait.ms=200"])  # fmt: skip
     assert tuned.source_options()["kafka.fetch.max.wait.ms"] == "200"
+
+
+def test_a_security_kafka_option_against_the_environment_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"kafka\.security\.protocol=SSL contradicts "
+                                          r"WAITLINE_SECURITY_PROTOCOL=PLAINTEXT"):
+        ReconcileConfig.build(group="g", bootstrap_servers="k:9092", dsn="d",
+                              kafka_options=["kafka.security.protocol=SSL"])
 
 
 def test_prepares_and_tombstones_in_same_or_different_batches_converge(

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -80,10 +81,15 @@ def invoke(pg_dsn: str, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def json_lines(out: str) -> list[object]:
+    """`--output json`: one JSON object per line."""
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
 def test_stats_json_counts_rows_by_age_and_state(pg_dsn: str, seeded: Seeded) -> None:
-    code, out, _ = invoke(pg_dsn, "stats", "--wait-topic", seeded.wait_topic, "--json")
+    code, out, _ = invoke(pg_dsn, "stats", "--wait-topic", seeded.wait_topic, "--output", "json")
     assert code == 0
-    assert json.loads(out) == [
+    assert json_lines(out) == [
         {
             "wait_topic": seeded.wait_topic,
             "open": 4,
@@ -107,9 +113,9 @@ def test_stats_table_names_the_wait_topic(pg_dsn: str, seeded: Seeded) -> None:
 
 def test_list_expired_shows_what_the_sweep_sends_next(pg_dsn: str, seeded: Seeded) -> None:
     code, out, _ = invoke(pg_dsn, "list", "--expired", "--wait-topic", seeded.wait_topic,
-                          "--json")  # fmt: skip
+                          "--output", "json")  # fmt: skip
     assert code == 0
-    rows = json.loads(out)
+    rows: list[Any] = json_lines(out)
     assert [r["wait_id"] for r in rows] == [seeded.wait_id(3), seeded.wait_id(2)]
     assert rows[1]["original_topic"] == "orders"
     assert rows[1]["original_offset"] == 2
@@ -120,9 +126,9 @@ def test_list_expired_shows_what_the_sweep_sends_next(pg_dsn: str, seeded: Seede
 
 def test_list_older_than_includes_sent_rows_oldest_first(pg_dsn: str, seeded: Seeded) -> None:
     code, out, _ = invoke(pg_dsn, "list", "--older-than", "1h", "--wait-topic",
-                          seeded.wait_topic, "--json")  # fmt: skip
+                          seeded.wait_topic, "--output", "json")  # fmt: skip
     assert code == 0
-    rows = json.loads(out)
+    rows: list[Any] = json_lines(out)
     assert [(r["wait_id"], r["status"]) for r in rows] == [
         (seeded.wait_id(4), "sent"),
         (seeded.wait_id(3), "expired"),
@@ -154,7 +160,9 @@ def test_bad_duration_is_one_line_and_exit_2(pg_dsn: str) -> None:
 
 
 def test_unreachable_database_is_one_line_and_exit_2() -> None:
-    code, _, err = invoke("postgresql://nobody:secret@127.0.0.1:1/waitline", "stats")
+    result = runner.invoke(app, ["stats"], env={  # a password: never in a flag
+        DSN_ENV: "postgresql://nobody:secret@127.0.0.1:1/waitline", "COLUMNS": "200"})
+    code, err = result.exit_code, result.stderr
     assert code == 2
     assert err.startswith("error: cannot reach PostgreSQL at 127.0.0.1:1/waitline")
     assert err.count("\n") == 1
@@ -184,4 +192,4 @@ def test_database_without_schema_points_at_migrate(pg_dsn: str) -> None:
     code, out, _ = invoke(empty, "migrate")
     assert code == 0
     assert "001_wait_registry.sql" in out
-    assert invoke(empty, "stats", "--json")[:2] == (0, "[]\n")
+    assert invoke(empty, "stats", "--output", "json")[:2] == (0, "")

@@ -23,6 +23,7 @@ from connectors.source import (
     mark_sent,
     to_dlq,
 )
+from dispatcher.kafka.config import KafkaConfig
 from dispatcher.wire import (
     DlqEntry,
     Headers,
@@ -253,7 +254,8 @@ async def test_expire_once_sends_each_expired_row_once(
     expired_ids = {registry.open_wait(original, past) for original in originals}
     pending = registry.open_wait(source(100), datetime.now(UTC) + timedelta(hours=1))
 
-    sent = await expire_once(pg_dsn, kafka_bootstrap, wait_topic=registry.wait_topic,
+    kafka = KafkaConfig(kafka_bootstrap, "test")
+    sent = await expire_once(pg_dsn, kafka, wait_topic=registry.wait_topic,
                              batch_size=3)  # fmt: skip
     assert sent == 7
     entries = await read_dlq(kafka_bootstrap, registry.dlq_topic, expected=7)
@@ -268,6 +270,6 @@ async def test_expire_once_sends_each_expired_row_once(
     assert states.pop(pending) is None
     assert all(sent_at is not None for sent_at in states.values())
 
-    again = await expire_once(pg_dsn, kafka_bootstrap, wait_topic=registry.wait_topic)
+    again = await expire_once(pg_dsn, kafka, wait_topic=registry.wait_topic)
     assert again == 0
     assert len(await read_dlq(kafka_bootstrap, registry.dlq_topic, expected=8)) == 7

@@ -73,6 +73,11 @@ async def test_two_workers_share_the_partitions_behind_one_endpoint_and_drain_on
             await wait_until(both_ready, "both workers hold partitions", timeout_s=60)
             ready = json.loads((await _get(http, f"{base}/readyz"))[1])
             assert [w["ready"] for w in ready["workers"]] == [True, True]
+            status = json.loads((await _get(http, f"{base}/status"))[1])
+            assert [(w["worker"], w["ready"]) for w in status["workers"]] == [(0, True),
+                                                                             (1, True)]
+            assert [w["client_id"].rsplit("-", 1)[1] for w in status["workers"]] == ["0", "1"]
+            assert all(w["member_id"] and w["group"] == group for w in status["workers"])
             await produce(kafka_bootstrap, topic, RECORDS, progress=False)
 
             async def finished() -> bool:

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from simkafka import SimRecord
-from world import EPOCH_S, GROUP, INPUT, Call, Handle, RunLog, World
+from simkafka import SimCluster, SimConsumer, SimRecord
+from world import EPOCH_S, GROUP, INPUT, Call, Handle, Input, RunLog, World, quiet, simulate
 
+from dispatcher.errors import KafkaClientError
 from dispatcher.handlers.record import Record, Retryable
-from dispatcher.kafka.seam import TopicPartition
+from dispatcher.kafka.seam import Fetched, TopicPartition
 from dispatcher.wire import (
     DlqEntry,
     SourceRecord,
@@ -162,3 +163,39 @@ class Outage:
             raise Retryable("503 Service Unavailable (simulated outage)")
         await asyncio.sleep(self.latency_s)
         return b'{"ok": true}'
+
+
+class FetchFailsMidRead(SimConsumer):
+    """A fetch that fails (a leader moving) once, in the middle of the engine's one-record-at-a-
+    time read of partition 1."""
+
+    careful_reads = 0
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        if partitions == (TopicPartition(INPUT, 1),) and max_records == 1:
+            self.careful_reads += 1
+            if self.careful_reads == 4:
+                raise KafkaClientError("NotLeaderForPartitionError (injected fetch error)")
+        return await super().getmany(*partitions, timeout_ms=timeout_ms,
+                                     max_records=max_records)
+
+
+# The calls a run of `fetch_failing_mid_read` must make: every record but the unreadable one.
+MID_READ_CALLS = {(p, i) for p, n in ((0, 5), (1, 10)) for i in range(n)} - {(0, 2)}
+
+
+def fetch_failing_mid_read(settings: dict[str, object]) -> tuple[RunLog, FetchFailsMidRead]:
+    """Partition 0's third record unreadable, and a fetch failing once while the pod (with
+    `settings`) reads one record at a time past it: the run's log and the pod's consumer."""
+    inputs = [Input(b"k", b"p0-%d" % i, partition=0, unreadable=i == 2) for i in range(5)]
+    inputs += [Input(b"k", b"p1-%d" % i, partition=1) for i in range(10)]
+    consumers: list[FetchFailsMidRead] = []
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        consumers.append(FetchFailsMidRead(cluster, member, max_poll))
+        return consumers[-1]
+
+    log = simulate(quiet({**settings, "concurrency": 16}, inputs=inputs, records=len(inputs),
+                         partitions=2, make_consumer=consumer))
+    return log, consumers[0]

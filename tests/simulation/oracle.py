@@ -10,6 +10,7 @@ the topics, the commits, the calls, the kills, stops and revokes and how long ea
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import uuid
 from collections import defaultdict
@@ -17,12 +18,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from registry import open_rows
-from simkafka import SimRecord
+from simkafka import RevokeEntry, SimRecord
 from world import GROUP, INPUT, Call, PodRun, RunLog
 
 from dispatcher.errors import FatalError
 from dispatcher.flow.ordering import OrderingMode
 from dispatcher.kafka.seam import TopicPartition
+from dispatcher.pod.settings import Mode
 from dispatcher.wire import (
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
@@ -70,7 +72,19 @@ def check(log: RunLog) -> list[str]:
         window_holds_its_bounds, rate_bound, drain_starts_no_new_call,
         revokes_leave_half_the_timeout,
     ]
+    if _batch(log):
+        # The batch baseline (`dispatcher/pod/batch.py`) has no wait topic: it commits a batch
+        # once every call of it has its outcome, and a stop finishes the batch in progress.
+        # What it promises is checked; the window's prepared-ahead and tombstone bounds and
+        # the drain's rule for holes are the at-least-once engine's.
+        checks = [commit_only_what_is_done if c is commit_only_what_is_prepared else c
+                  for c in checks
+                  if c not in (window_holds_its_bounds, drain_starts_no_new_call)]
     return [violation for one in checks for violation in one(log)]
+
+
+def _batch(log: RunLog) -> bool:
+    return log.settings.mode is Mode.BATCH
 
 
 def _header(record: SimRecord, name: str) -> str | None:
@@ -81,7 +95,13 @@ def _header(record: SimRecord, name: str) -> str | None:
 
 
 def _wait_id(record: SimRecord) -> str:
-    return str(wait_id_for(GROUP, record.topic, record.partition, record.offset))
+    return _wait_id_at(record.topic, record.partition, record.offset)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _wait_id_at(topic: str, partition: int, offset: int) -> str:
+    """The record's wait id (a uuid5: each check asks for the same ones many times)."""
+    return str(wait_id_for(GROUP, topic, partition, offset))
 
 
 def _wait_id_of_write(topic: str, record: SimRecord | object) -> str | None:
@@ -92,8 +112,8 @@ def _wait_id_of_write(topic: str, record: SimRecord | object) -> str | None:
     if WAIT_EXPIRATION_UUID in headers:
         return bytes(headers[WAIT_EXPIRATION_UUID]).decode()
     try:
-        return str(wait_id_for(GROUP, headers[ORIGINAL_TOPIC].decode(),
-                               int(headers[ORIGINAL_PARTITION]), int(headers[ORIGINAL_OFFSET])))
+        return _wait_id_at(headers[ORIGINAL_TOPIC].decode(), int(headers[ORIGINAL_PARTITION]),
+                           int(headers[ORIGINAL_OFFSET]))
     except (KeyError, ValueError, AttributeError):
         return None
 
@@ -135,7 +155,10 @@ def engine_ends(log: RunLog) -> list[str]:
 
 
 def finished(log: RunLog) -> list[str]:
-    """Liveness: with a pod running long enough, every input record gets committed."""
+    """Liveness: with a pod running long enough, every input record gets committed, and the
+    run ends (a task waiting for ever holds it past its bound)."""
+    if log.hung_at is not None:
+        return [f"the run never ended: still going at {log.hung_at:.1f} s (virtual), its bound"]
     if log.finished or log.fatal_injected:
         return []
     committed = {str(tp): log.cluster.committed.get(tp) for tp in log.cluster.partitions(INPUT)}
@@ -177,6 +200,29 @@ def commit_only_what_is_prepared(log: RunLog) -> list[str]:
             if at is None or at > entry.at:
                 out.append(f"{entry.member} committed {entry.partition} to {entry.offset} at "
                            f"{entry.at:.3f}s before offset {offset} was prepared")
+                break
+        checked[entry.partition] = max(start, entry.offset)
+    return out
+
+
+def commit_only_what_is_done(log: RunLog) -> list[str]:
+    """The batch baseline: at each commit, every record below it (from the offset committed
+    before) was called to an outcome, or dead-lettered by a pod, before the commit."""
+    calls, dlq = _calls(log), _dlq(log)
+    inputs = {(r.partition, r.offset): r for r in _inputs(log)}
+    out = []
+    checked: dict[TopicPartition, int] = {}
+    for entry in log.cluster.commits:
+        start = checked.get(entry.partition, 0)
+        for offset in range(start, entry.offset):
+            wid = _wait_id(inputs[(entry.partition.partition, offset)])
+            called = any(c.outcome not in ("", "killed", "cut off") and c.ended is not None
+                         and c.ended <= entry.at for c in calls.get(wid, []))
+            dead_lettered = any(r.written_by != "sweep" and r.written_at <= entry.at
+                                for r in dlq.get(wid, []))
+            if not (called or dead_lettered):
+                out.append(f"{entry.member} committed {entry.partition} to {entry.offset} at "
+                           f"{entry.at:.3f}s before offset {offset} was called to an outcome")
                 break
         checked[entry.partition] = max(start, entry.offset)
     return out
@@ -297,7 +343,8 @@ class Ending:
 
 def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
     """The end of `pod`'s ownership in `generation`: its revoke, its kill or its stop,
-    whichever came first. Unclean when the pod was killed, kicked from its group or stopped
+    whichever came first. Unclean when the pod was killed (before that revoke or stop
+    returned), kicked from its group or stopped
     fatally; when its revoke ran out its wait for holes (half the rebalance timeout, less a
     deadline under --ordering: DESIGN.md "Rebalances") or its last commit in it failed; when
     its drain ran out its grace or its last commit then failed. Judged by the clock and the
@@ -305,36 +352,65 @@ def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
     settings = log.settings
     revoke = next((r for r in log.cluster.revokes
                    if r.member == pod.name and r.generation == generation), None)
+    began = min((a.at for a in log.cluster.assignments
+                 if a.member == pod.name and a.generation == generation), default=0.0)
+    fenced = next(((at, noticed) for at, noticed in pod.fences if at >= began), None)
     ends = [at for at in (None if revoke is None else revoke.started, pod.killed_at,
-                          pod.stop_asked_at, pod.stopped_at) if at is not None]
+                          pod.stop_asked_at, pod.stopped_at, None if fenced is None else fenced[0])
+            if at is not None]
     at = min(ends, default=log.end_s)
-    if pod.killed_at is not None and pod.killed_at <= at + EPSILON_S:
-        return Ending(at, "killed")
+    # A kill before the revoke or the drain that ended the ownership returned cuts it short
+    # too: its commit may never land (found by `sweep.py --faults --seed 357`, a kill -9
+    # while a revoke waited).
+    returned = at
+    if revoke is not None and revoke.started <= at:
+        returned = log.end_s if revoke.ended is None else revoke.ended
+    elif pod.stop_asked_at is not None and pod.stop_asked_at <= at:
+        returned = log.end_s if pod.stopped_at is None else pod.stopped_at
+    if pod.killed_at is not None and pod.killed_at <= returned + EPSILON_S:
+        return Ending(at, "killed" if pod.killed_at <= at + EPSILON_S else
+                      "killed before its revoke or drain returned", pod.killed_at)
     if pod.name in log.cluster.kicked:
         return Ending(at, "kicked from its group")
+    if fenced is not None and fenced[0] <= at + EPSILON_S:
+        # a zombie: it calls on until it learns it was fenced, and revokes then
+        noticed = _gone_at(log, pod) if fenced[1] is None else fenced[1]
+        return Ending(at, "fenced from its group", noticed)
     if pod.error is not None:
         return Ending(at, "stopped by a fatal error")
+    if _batch(log) and revoke is not None and revoke.started <= at:
+        return Ending(at, "batch mode: a rebalance does not wait for the batch in flight")
     if revoke is not None and revoke.started <= at:
-        ended = log.end_s if revoke.ended is None else revoke.ended
-        holes_s = settings.window().revoke_wait_s
-        if settings.ordering is not OrderingMode.UNORDERED:
-            holes_s = max(0.0, holes_s - settings.deadline)
-        if ended - revoke.started >= holes_s - 0.01:
-            return Ending(at, f"its revoke took its whole wait ({ended - revoke.started:.2f}s)",
-                          ended)
-        # a failed revoke commit is tried again while the revoke's budget lasts
-        if (_last_commit_failed(log, pod.name, revoke.started, ended, tries=1)
-                and ended - revoke.started >= settings.window().revoke_wait_s
-                - 2 * REVOKE_COMMIT_RETRY_S):
-            return Ending(at, "its revoke's commits failed until its time was up", ended)
-        return Ending(at, None)
+        return _revoke_end(log, pod, revoke, at)
     if pod.stop_asked_at is not None and pod.stop_asked_at <= at:
         stopped = log.end_s if pod.stopped_at is None else pod.stopped_at
         if stopped - pod.stop_asked_at >= settings.drain_grace - 0.01:
             return Ending(at, f"its drain took its whole grace ({stopped - at:.2f}s)", stopped)
-        if _last_commit_failed(log, pod.name, pod.stop_asked_at, stopped,
-                               tries=FINAL_COMMIT_TRIES):
-            return Ending(at, f"its last {FINAL_COMMIT_TRIES} commits failed", stopped)
+        # the batch baseline commits the batch its stop finished once (`batch.py`); the
+        # engine tries its final commit a few times (`sweep.py --faults --seed 966`: a batch
+        # baseline's one last commit failed, and the oracle wanted five)
+        tries = 1 if _batch(log) else FINAL_COMMIT_TRIES
+        if _last_commit_failed(log, pod.name, pod.stop_asked_at, stopped, tries=tries):
+            return Ending(at, f"its last {tries} commits failed", stopped)
+    return Ending(at, None)
+
+
+def _revoke_end(log: RunLog, pod: PodRun, revoke: RevokeEntry, at: float) -> Ending:
+    """An ownership a revoke ended: unclean when the revoke ran out its wait for holes, or
+    its commits failed until its budget was spent."""
+    settings = log.settings
+    ended = log.end_s if revoke.ended is None else revoke.ended
+    holes_s = settings.window().revoke_wait_s
+    if settings.ordering is not OrderingMode.UNORDERED:
+        holes_s = max(0.0, holes_s - settings.deadline)
+    if ended - revoke.started >= holes_s - 0.01:
+        return Ending(at, f"its revoke took its whole wait ({ended - revoke.started:.2f}s)",
+                      ended)
+    # a failed revoke commit is tried again while the revoke's budget lasts
+    if (_last_commit_failed(log, pod.name, revoke.started, ended, tries=1)
+            and ended - revoke.started >= settings.window().revoke_wait_s
+            - 2 * REVOKE_COMMIT_RETRY_S):
+        return Ending(at, "its revoke's commits failed until its time was up", ended)
     return Ending(at, None)
 
 
@@ -360,13 +436,27 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
     for wid, made in calls.items():
         owners: list[tuple[str, int]] = []
         counts: dict[tuple[str, int], int] = defaultdict(int)
+        last: Call | None = None
         for call in sorted(made, key=lambda c: c.started):
             owner = (call.pod, call.generation)
             counts[owner] += 1
             if not owners or owners[-1] != owner:
                 if owners:
-                    repeated[owners[-1]].append(wid)
+                    # a zombie's call (its pod fenced and not knowing it) repeats its next
+                    # owner's: the zombie's fencing is the cause (`sweep.py --faults --seed 84`),
+                    # unless what it repeats was a zombie's call too: then that zombie's
+                    # (`sweep.py --faults --seed 626`: a call still running when its pod was
+                    # fenced later repeated an earlier zombie's call)
+                    # and unless what it repeats ran before the zombie was fenced: then the
+                    # zombie, still the owner, called again what an earlier owner left
+                    # (`sweep.py --faults --seed 185`: a pod fenced as it took over a killed
+                    # pod's partition repeated the dead pod's calls)
+                    zombie = (_zombie_call(log, call) and last is not None
+                              and not _zombie_call(log, last)
+                              and _since_its_fence(log, call, last))
+                    repeated[owner if zombie else owners[-1]].append(wid)
                 owners.append(owner)
+            last = call
         out += [f"wait {wid} called {n} times by {pod} in generation {generation}"
                 for (pod, generation), n in counts.items() if n > 2]
     for (name, generation), wids in sorted(repeated.items()):
@@ -378,8 +468,10 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
                        f"(e.g. waits {wids[:3]})")
             continue
         until = max(ending.at, ending.until)
-        bound = most_open(pod.window) + _prepared_since(
-            log, name, _oldest_left_fetched(log, name, until), until)
+        since = _oldest_left_fetched(log, name, until)
+        # the batch baseline calls what it fetches, with no wait record first
+        bound = most_open(pod.window) + (_fetched_since if _batch(log) else _prepared_since)(
+            log, name, since, until)
         if len(wids) > bound:
             out.append(f"{len(wids)} records {name} called in generation {generation} were "
                        f"called again after it ended ({ending.unclean}); bound {bound}")
@@ -401,6 +493,11 @@ def _oldest_left_fetched(log: RunLog, member: str, until: float) -> float:
     return min([*fetched, last_commit])
 
 
+def _fetched_since(log: RunLog, member: str, since: float, until: float) -> int:
+    return sum(len(f.records) for f in log.cluster.fetches
+               if f.member == member and since < f.at <= until)
+
+
 def _prepared_since(log: RunLog, member: str, since: float, until: float) -> int:
     return sum(1 for r in log.cluster.records(log.topics.wait_topic)
                if r.written_by == member and r.value is not None and since < r.written_at <= until)
@@ -410,7 +507,10 @@ def key_order(log: RunLog) -> list[str]:
     """Under --ordering key (partition), no two calls of one key (partition) overlap, across
     pods and rebalances; one pod calls a key's records in offset order; and across pods no
     record of a key is called before every earlier record of its key was called (or sent to
-    the DLQ by a pod) at least once."""
+    the DLQ by a pod) at least once. A pod fenced from its group without knowing it (a zombie)
+    calls on until it learns it, while the next owner calls the same keys: its calls running
+    at or after its fencing are left out (no consumer can know it is fenced before its
+    heartbeat says so: DESIGN.md, "Ordering")."""
     mode = log.settings.ordering
     if mode is OrderingMode.UNORDERED:
         return []
@@ -422,7 +522,8 @@ def key_order(log: RunLog) -> list[str]:
     out = []
     for lane, calls in lanes.items():
         calls.sort(key=lambda c: c.started)
-        for before, after in itertools.pairwise(calls):
+        known = [c for c in calls if not _zombie_call(log, c)]
+        for before, after in itertools.pairwise(known):
             ended = before.ended if before.ended is not None else log.end_s
             if after.started < ended - 1e-6:
                 out.append(f"lane {lane}: {after.pod}'s call of @{after.offset} started at "
@@ -438,6 +539,26 @@ def key_order(log: RunLog) -> list[str]:
                 out.append(f"lane {lane}: {pod} called offsets out of order in generation "
                            f"{generation}: {offsets}")
     return out + _lanes_in_offset_order(log, mode)
+
+
+def _zombie_call(log: RunLog, call: Call) -> bool:
+    """A call its pod ran (or started) while the group had fenced it and it did not know."""
+    return _fenced_at(log, call) is not None
+
+
+def _fenced_at(log: RunLog, call: Call) -> float | None:
+    """When the fence that makes `call` a zombie's call began; None for a call of its own."""
+    fences = next((p.fences for p in log.pods if p.name == call.pod), [])
+    ended = log.end_s if call.ended is None else call.ended
+    return next((fenced_at for fenced_at, noticed in fences
+                 if ended > fenced_at and (noticed is None or call.started <= noticed)), None)
+
+
+def _since_its_fence(log: RunLog, zombie: Call, earlier: Call) -> bool:
+    """Whether `earlier` started after the fence that makes `zombie` a zombie's call began:
+    the call of a later owner, which the zombie repeats."""
+    fenced_at = _fenced_at(log, zombie)
+    return fenced_at is not None and earlier.started >= fenced_at
 
 
 def _lanes_in_offset_order(log: RunLog, mode: OrderingMode) -> list[str]:
@@ -466,7 +587,8 @@ def _lanes_in_offset_order(log: RunLog, mode: OrderingMode) -> list[str]:
         before = 0.0  # when every earlier record of the lane had been handled once
         for record in records:  # offset order
             wid = _wait_id(record)
-            early = [c for c in calls.get(wid, []) if c.started < before - EPSILON_S]
+            early = [c for c in calls.get(wid, [])
+                     if c.started < before - EPSILON_S and not _zombie_call(log, c)]
             if early:
                 out.append(f"lane {lane}: @{record.offset} called by {early[0].pod} at "
                            f"{early[0].started:.3f}s before an earlier record of its lane was "
@@ -518,23 +640,42 @@ class _PodWrites:
     outcomes: dict[str, list[SimRecord]]  # its result and DLQ records
 
 
+_WRITES: list[tuple[RunLog, dict[str, _PodWrites]]] = []  # the last log's, kept for its checks
+
+
 def _pod_writes(log: RunLog) -> dict[str, _PodWrites]:
+    """Each pod's wait-topic and outcome writes by wait id (read once per log: three checks
+    ask)."""
+    if _WRITES and _WRITES[0][0] is log:
+        return _WRITES[0][1]
+    by_pod = _read_pod_writes(log)
+    _WRITES[:] = [(log, by_pod)]
+    return by_pod
+
+
+def _read_pod_writes(log: RunLog) -> dict[str, _PodWrites]:
     by_pod: dict[str, _PodWrites] = {}
-    for topic in (log.topics.wait_topic, log.topics.dlq_topic, f"{GROUP}.result"):
-        for record in sorted(log.cluster.records(topic), key=lambda r: r.written_at):
-            if record.written_by in ("", "sweep"):
-                continue
-            wid = _wait_id_of_write(topic, record)
-            if wid is None:
-                continue
-            writes = by_pod.setdefault(record.written_by, _PodWrites(
-                defaultdict(list), defaultdict(list), defaultdict(list)))
-            if topic != log.topics.wait_topic:
-                writes.outcomes[wid].append(record)
-            elif record.value is None:
-                writes.tombstones[wid].append(record)
-            else:
-                writes.prepares[wid].append(record)
+    # In landing order across the topics, not topic after topic: a record's outcomes are its
+    # result and DLQ records together, and "the first outcome after a call" must be the first
+    # to land (topic after topic, a later call's DLQ record came before an earlier call's
+    # result: `sweep.py --faults --seed 418`).
+    written = sorted((record for topic in (log.topics.wait_topic, log.topics.dlq_topic,
+                                           f"{GROUP}.result")
+                      for record in log.cluster.records(topic)), key=lambda r: r.written_at)
+    for record in written:
+        if record.written_by in ("", "sweep"):
+            continue
+        wid = _wait_id_of_write(record.topic, record)
+        if wid is None:
+            continue
+        writes = by_pod.setdefault(record.written_by, _PodWrites(
+            defaultdict(list), defaultdict(list), defaultdict(list)))
+        if record.topic != log.topics.wait_topic:
+            writes.outcomes[wid].append(record)
+        elif record.value is None:
+            writes.tombstones[wid].append(record)
+        else:
+            writes.prepares[wid].append(record)
     return by_pod
 
 
@@ -754,18 +895,24 @@ def _peaks(held: list[Interval], behind: list[Interval]) -> Iterator[tuple[float
 
 
 def rate_bound(log: RunLog) -> list[str]:
-    """Under --rate-limit, the calls a pod starts in any span of T seconds are at most
-    rate * T + burst (the token bucket's promise; a pod restarted starts with a full bucket)."""
+    """Under --rate-limit, the calls a pod starts in any span of T seconds, summed over its
+    workers (`--workers K`), are at most rate * T + burst (the token bucket's promise; a pod
+    restarted starts with a full bucket); each of K workers bursts at least one call, so
+    the burst is at least K (DESIGN.md, "Worker processes")."""
     limit = log.settings.rate()
     if limit is None:
         return []
+    burst = max(limit.burst, log.settings.workers)
     out = []
+    members: dict[str, set[str]] = defaultdict(set)
     for pod in log.pods:
-        starts = sorted(c.started for c in log.calls if c.pod == pod.name)
+        members[pod.supervisor or pod.name].add(pod.name)
+    for supervisor, names in members.items():
+        starts = sorted(c.started for c in log.calls if c.pod in names)
         for j, last in enumerate(starts):
             for i in range(j):
-                if j - i + 1 > limit.per_s * (last - starts[i]) + limit.burst + 1e-6:
-                    out.append(f"{pod.name} started {j - i + 1} calls in "
+                if j - i + 1 > limit.per_s * (last - starts[i]) + burst + 1e-6:
+                    out.append(f"{supervisor} started {j - i + 1} calls in "
                                f"{last - starts[i]:.3f}s: more than {limit} allows")
                     return out
     return out

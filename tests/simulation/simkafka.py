@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import random
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.errors import (
@@ -101,7 +101,10 @@ class Assignment:
 class ClientFaults:
     """How the pods' consumers misbehave (the seed chooses)."""
 
-    fetch_error_rate: float = 0.0  # a `getmany` fails (KafkaClientError), consuming nothing
+    # A `getmany` fails (KafkaClientError), consuming nothing: what the seam promises for a
+    # retriable error reaching the caller. aiokafka itself keeps NotLeaderForPartition inside
+    # (its fetcher refreshes the metadata and fetches again), so the name stands for any.
+    fetch_error_rate: float = 0.0
     position_error_rate: float = 0.0  # reading a position fails
     committed_error_rate: float = 0.0  # reading the committed offset fails
     ambiguous_commit_rate: float = 0.0  # a commit is applied, then reported failed
@@ -128,6 +131,7 @@ class SimCluster:
         self.fetches: list[Fetch] = []
         self.assignments: list[Assignment] = []
         self.kicked: dict[str, float] = {}  # member → when the group kicked it
+        self.fenced: dict[str, float] = {}  # member → when its session was lost (a fault)
         self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
         self.data_arrived = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -165,6 +169,12 @@ class SimCluster:
 
     def leave(self, member_id: str) -> None:
         self.members.pop(member_id, None)
+
+    def fence(self, member_id: str) -> None:
+        """The member's session is lost (injected): it is out of the group, its commits fail,
+        and the next rebalance deals its partitions to the others. It is not told."""
+        if self.members.pop(member_id, None) is not None:
+            self.fenced[member_id] = self.now
 
     async def rebalance(self, topics: Sequence[str]) -> None:
         """An eager rebalance: every member's revoke (kicked if it outlasts the rebalance
@@ -249,14 +259,37 @@ class SimConsumer:
         self._positions: dict[TopicPartition, int] = {}
         self._rebalancing = False
         self._generation: int | None = None
+        self._callbacks: set[asyncio.Future[None]] = set()
         self.dead = False
+
+    def die(self) -> None:
+        """kill -9 of its process: the group's callbacks running in it end with it (a real
+        client runs them in its own coordinator task; the group never waits for them)."""
+        self.dead = True
+        for callback in self._callbacks:
+            callback.cancel()
+
+    async def _in_process(self, callback: Coroutine[object, object, None]) -> None:
+        """Run a rebalance callback as the client's process would: cut off by `die`, when
+        the group's wait for it ends there."""
+        task = asyncio.ensure_future(callback)
+        self._callbacks.add(task)
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            task.cancel()  # the group gave up on it (its own wait cancelled)
+            raise
+        finally:
+            self._callbacks.discard(task)
+        if not (task.cancelled() and self.dead):
+            task.result()
 
     # what the group tells it
 
     async def tell_revoked(self, revoked: list[TopicPartition]) -> None:
         self._rebalancing = True
         if self._handler is not None and not self.dead:
-            await self._handler.on_revoked(revoked)
+            await self._in_process(self._handler.on_revoked(revoked))
         self._assignment = set()
         self._paused = set()
 
@@ -269,9 +302,20 @@ class SimConsumer:
         for tp in assignment:
             self._positions[tp] = self._cluster.committed.get(tp, 0)
 
+    async def rejoin(self) -> None:
+        """A fenced member learns it (its heartbeat is refused): like aiokafka, it revokes what
+        it held, then joins the group again (the caller rebalances)."""
+        entry = RevokeEntry(self.member_id, self._cluster.now, None, self._generation or 0)
+        self._cluster.revokes.append(entry)
+        await self.tell_revoked(sorted(self._assignment))
+        entry.ended = self._cluster.now
+        self._rebalancing = False
+        if not self.dead:
+            self._cluster.join(self)
+
     async def tell_assigned(self) -> None:
         if self._handler is not None and not self.dead:
-            await self._handler.on_assigned(sorted(self._assignment))
+            await self._in_process(self._handler.on_assigned(sorted(self._assignment)))
         self._rebalancing = False
 
     # the seam
@@ -370,6 +414,10 @@ class SimConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         faults = self._cluster.faults
+        if self.dead:  # asked after the kill -9 (the engine's cancelled stop still runs here):
+            # a dead process sends nothing, so this commit can never land; `lands_after_kill`
+            # is only for a commit sent before the kill (found by `sweep.py --faults --seed 670`)
+            await _forever()
         try:
             await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
         except asyncio.CancelledError:
@@ -378,7 +426,14 @@ class SimConsumer:
                     self._cluster.commit(self.member_id, offsets)
             raise
         if chance(self._cluster.rng, faults.commit_timeout_rate):
-            await asyncio.sleep(faults.commit_timeout_s)
+            # A commit the group never answers failed, whether the client's timeout or the
+            # caller's (a revoke's budget ending) gives it up: the group saw it fail (found by
+            # `sweep.py --faults --seed 134`: unrecorded, the revoke it ended looked clean).
+            try:
+                await asyncio.sleep(faults.commit_timeout_s)
+            finally:
+                self._cluster.commit_attempts.append(
+                    CommitAttempt(self._cluster.now, self.member_id, ok=False))
             raise KafkaClientError("RequestTimedOutError (injected: the commit timed out)")
         if self.dead:
             if chance(self._cluster.rng, faults.lands_after_kill):  # sent before the kill

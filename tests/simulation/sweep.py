@@ -23,8 +23,11 @@ from oracle import check
 from world import RunLog, simulate
 
 
-def replay_command(seed: int) -> str:
-    return f".venv/bin/python tests/simulation/sweep.py --seed {seed} -v"
+def replay_command(seed: int, *, faults: bool | None = None) -> str:
+    """The command that replays `seed` (with `--faults` when it was drawn with them)."""
+    faults = world.ALL_FAULTS if faults is None else faults
+    return (f".venv/bin/python tests/simulation/sweep.py{' --faults' if faults else ''} "
+            f"--seed {seed} -v")
 
 
 def digest(log: RunLog) -> str:

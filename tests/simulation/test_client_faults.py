@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+import world
+from cases import MID_READ_CALLS, fetch_failing_mid_read
 from oracle import check
 from simkafka import ClientFaults
 from world import INPUT, Input, World, quiet, simulate
@@ -64,3 +67,66 @@ def test_a_rebalance_while_reading_past_an_unreadable_record_mixes_no_ownerships
     assert [p.error for p in log.pods] == [None]
     assert check(log) == []
     assert {(c.partition, c.offset) for c in log.calls} >= {(1, i) for i in range(10)}
+
+
+def test_a_fetch_failing_while_reading_past_an_unreadable_record_loses_nothing_read() -> None:
+    """A fetch fails while the engine reads one record at a time to find a record the client
+    cannot parse. The defect: the records read before the failure were consumed but never
+    started, the next fetch went on after them, and the watermark committed them uncalled
+    (found by `sweep.py --faults --seed 273`)."""
+    log, consumer = fetch_failing_mid_read({})
+    assert consumer.careful_reads >= 4, "the fetch did not fail during the careful read"
+    assert check(log) == []
+    assert {(c.partition, c.offset) for c in log.calls} == MID_READ_CALLS
+
+
+@pytest.mark.parametrize("seed", [670, 1150])
+def test_a_commit_the_killed_pod_asks_for_after_the_kill_never_lands(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 during a rebalance, while records prepared ahead wait for a rate token below a
+    record already called (holes). The simulator runs the killed engine's cancelled stop,
+    whose drain gives the holes their tokens (their offsets committable, their calls never
+    reaching the counterparty) and then asks for its final commit. A dead process sends
+    nothing: that commit must never land, or the holes are committed uncalled and expire into
+    the DLQ. The defect was the simulator's: `lands_after_kill`, meant for a commit sent before
+    the kill, also landed the commits asked for after it (`sweep.py --faults --seed 670`, and
+    `--seed 1150` with `--workers 2`)."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(seed)
+    killed = {p.name: p.killed_at for p in log.pods if p.killed_at is not None}
+    assert killed, "the seed no longer kills a pod"
+    assert [c for c in log.cluster.commits
+            if c.member in killed and c.at > (killed[c.member] or 0.0)] == []
+    assert check(log) == []
+
+
+def test_a_pod_killed_while_its_assignment_completes_leaves_the_run_ending(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep.py --faults --seed 11` (the batch baseline, kills during revokes) polled on for
+    ever: a pod killed while its assignment callback read positions left the callback waiting
+    inside the simulated group's rebalance, so the group never dealt the dead pod's partitions
+    again. The simulator's defect (test_rebalance.py has it alone); here the seed ends, every
+    record committed."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(11)
+    assert [p.name for p in log.pods if p.killed_at is not None], "the seed no longer kills"
+    assert log.hung_at is None and log.finished
+    assert check(log) == []
+
+
+def test_a_zombie_answers_only_for_repeating_the_owners_after_its_fence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep.py --faults --seed 185`: a pod fenced at the moment it took over a killed pod's
+    partition called again what the dead pod had called (the dead pod's repeats, within its
+    bound), and later, with its group again, repeated its own zombie calls. The oracle charged
+    both to the zombie and found 30 repeats over its bound of 22: a zombie answers for
+    repeating the calls of owners after its fence, not for the calls an earlier owner left it."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(185)
+    killed = [p for p in log.pods if p.killed_at is not None]
+    fenced = [(p, at) for p in log.pods for at, _noticed in p.fences]
+    assert killed and fenced, "the seed no longer kills a pod and fences another"
+    pod, fenced_at = fenced[0]
+    assert any(a.member == pod.name and abs(a.at - fenced_at) < 1e-6
+               for a in log.cluster.assignments), "the fence no longer meets the takeover"
+    assert check(log) == []

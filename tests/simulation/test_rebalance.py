@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import zlib
 from collections import Counter
 
+import looptime
 from cases import answer, by_value, calls_per_record, committed_to_end, inputs, open_calls
 from oracle import check
 from simkafka import SimCluster, SimConsumer, SimRecord
@@ -282,3 +284,53 @@ def test_records_fetched_while_an_assignment_completes_are_committed() -> None:
     assert committed_to_end(log)
     assert len(calls_per_record(log)) == 80
     assert check(log) == []
+
+
+class _StuckAssignment:
+    """A member whose assignment callback reads a position from a client that died meanwhile:
+    it never returns (a dead process answers nothing)."""
+
+    def __init__(self, consumer: SimConsumer) -> None:
+        self._consumer = consumer
+
+    async def on_revoked(self, revoked: list[TopicPartition]) -> None:
+        pass
+
+    async def on_assigned(self, assigned: list[TopicPartition]) -> None:
+        await asyncio.sleep(1.0)
+        for tp in assigned:
+            await self._consumer.position(tp)
+
+
+def test_a_member_killed_while_its_assignment_completes_leaves_the_group_rebalancing() -> None:
+    """`sweep.py --faults --seed 11` never ended: a pod killed while its assignment callback
+    ran left that callback waiting forever inside the group's rebalance, which held the group,
+    so the rebalance after the kill never came and the dead pod's partitions were never dealt
+    again. A kill -9 ends the dead process's callbacks with it; the group does not wait for
+    them."""
+    async def scenario() -> tuple[set[TopicPartition], int]:
+        cluster = SimCluster(random.Random(0), "g", rebalance_timeout_s=5.0)
+        cluster.create_topic(INPUT, 4)
+        alive, doomed = SimConsumer(cluster, "a", 10), SimConsumer(cluster, "b", 10)
+        alive.subscribe([INPUT])
+        doomed.subscribe([INPUT], _StuckAssignment(doomed))
+        first = asyncio.create_task(cluster.rebalance([INPUT]))
+        await asyncio.sleep(0.5)  # the doomed member's callback is under way
+        doomed.die()
+        cluster.leave("b")
+        async with asyncio.timeout(60):
+            await cluster.rebalance([INPUT])
+            await first
+        return alive.assignment(), cluster.generation
+
+    loop = looptime.new_event_loop(noop_cycles=0)
+    try:
+        assignment, generation = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert assignment == set(cluster_partitions(4))
+    assert generation == 2
+
+
+def cluster_partitions(count: int) -> list[TopicPartition]:
+    return [TopicPartition(INPUT, p) for p in range(count)]

@@ -3,10 +3,12 @@ the engine's decisions and every fault the seeds draw; `make simulate SEEDS=N` r
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from oracle import check
 from sweep import replay_command
-from world import simulate
+from world import World, quiet, simulate
 
 SEEDS = 1000  # about 2,100 simulated pod runs
 BLOCK = 50
@@ -28,3 +30,14 @@ def test_a_seed_replays_exactly() -> None:
 
     for seed in (3, 27, 141):
         assert calls(seed) == calls(seed)
+
+
+def test_a_run_that_never_ends_is_a_violation_not_a_hang() -> None:
+    """A run waiting for something that never comes ends at its bound in virtual time and the
+    oracle says so (`sweep.py --faults --seed 11` once polled on for ever instead)."""
+    async def waits_forever(_world: World) -> None:
+        await asyncio.Event().wait()
+
+    log = simulate(quiet({"wait_expiration": 60.0}, script=waits_forever))
+    assert log.hung_at is not None
+    assert any(v.startswith("the run never ended") for v in check(log))

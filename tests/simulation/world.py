@@ -24,9 +24,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import looptime
+from aiohttp import web
 from registry import Mirror, Row
+from simhttp import InMemoryConnector
 from simkafka import ClientFaults, SimCluster, SimConsumer, SimWriter, WriteFaults
 
+from dispatcher.handlers.http import SUMMARY_READ_BYTES, AiohttpHandler
+from dispatcher.handlers.http_config import counterparty_url_preset
 from dispatcher.handlers.loader import LoadedHandler
 from dispatcher.handlers.record import Record, Retryable
 from dispatcher.kafka.seam import AckedWrites
@@ -34,6 +38,7 @@ from dispatcher.kafka.topics import TopicConfig
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.runner import open_engine
 from dispatcher.pod.settings import DispatchSettings, load_settings
+from dispatcher.pod.workers import worker_flags
 from dispatcher.wire import (
     Failure,
     OutgoingRecord,
@@ -46,6 +51,7 @@ GROUP = "sim"
 INPUT = "orders"
 EXPIRED = "ExpiredRecordException"
 RESULT_LIMIT_BYTES = 4096
+COUNTERPARTY_URL = "http://counterparty.sim/calls"  # reached over an in-memory transport
 
 
 @dataclass
@@ -70,6 +76,9 @@ class Scenario:
     client_faults: ClientFaults = field(default_factory=ClientFaults)
     unreadable_rate: float = 0.0  # input records the Kafka client cannot parse
     clock_skew_s: float = 0.0  # each pod's clock is off the sweep's by up to this, either way
+    # The counterparty is reached by the built-in HTTP handler (`--counterparty-url`'s preset)
+    # over an in-memory transport (`simhttp.py`), not by a handler function.
+    http: bool = False
     # A hand-written case's hooks (see `Input`, `Handle`, `BeforeWrite`, `Script`); the seeded
     # draw leaves them unset.
     inputs: list[Input] | None = None  # the input, written at the start, instead of drawn
@@ -87,7 +96,7 @@ class Scenario:
                 f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; "
                 f"{self.write_faults}; {self.client_faults}; unreadable "
                 f"{self.unreadable_rate:.0%}; clock step {self.clock_jump_s:g}s, skew "
-                f"{self.clock_skew_s:g}s")
+                f"{self.clock_skew_s:g}s" + ("; the built-in HTTP handler" if self.http else ""))
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ def _draw_with_faults(seed: int) -> Scenario:
     for _ in range(rng.choice([0, 1, 2, 3, 5, 8])):
         events.append((rng.uniform(0.05, run_s), rng.choice(
             ["rebalance", "rebalance", "join", "join", "join", "leave", "sigterm", "kill",
-             "clock_jump", "revoke_kill", "revoke_commits_fail"])))
+             "clock_jump", "revoke_kill", "revoke_commits_fail", "fence"])))
     events.sort()
     faults = WriteFaults(latency_s=(0.0005, rng.choice([0.002, 0.02, 0.2])),
                          slow_rate=rng.choice([0.0, 0.0, 0.05]), slow_s=rng.choice([0.5, 3.0]))
@@ -252,7 +261,23 @@ def _draw_with_faults(seed: int) -> Scenario:
         clock_skew_s=rng.choice([0.0, 0.0, rng.uniform(0.0, 0.2) * margin]))
     if rng.random() < 0.5:  # a second pod from the start: calls from several pods
         scenario.events.insert(0, (0.0, "join"))
+    _draw_pod_kind(rng, scenario)
     return scenario
+
+
+def _draw_pod_kind(rng: random.Random, scenario: Scenario) -> None:
+    """What else the pods are: the batch baseline, several worker processes (`--workers`),
+    the built-in HTTP handler on an in-memory transport."""
+    flags = scenario.flags
+    if rng.random() < 0.06:  # the batch baseline: a fixed batch, no wait topic, no flow policy
+        flags.update(mode="batch", ordering="unordered", circuit_breaker="off",
+                     concurrency=rng.choice([1, 3, 8, 16]))
+        flags.pop("min_concurrency", None)
+        flags.pop("max_concurrency", None)
+    elif rng.random() < 0.12:
+        window = flags.get("max_concurrency", flags["concurrency"])
+        flags["workers"] = min(window, rng.choice([2, 3]))
+    scenario.http = rng.random() < 0.15
 
 
 def quiet(flags: dict[str, Any] | None = None, **fields: Any) -> Scenario:
@@ -283,7 +308,7 @@ class Call:
     offset: int
     key: bytes | None
     started: float
-    generation: int = 0  # the group's generation when it started
+    generation: int = 0  # the group generation its pod's assignment came from (its ownership)
     ended: float | None = None
     outcome: str = ""
     returned: bool = False  # its handler returned a value (a result record is due)
@@ -306,6 +331,10 @@ class PodRun:
     metrics: DispatcherMetrics = field(default_factory=DispatcherMetrics)
     windows: list[tuple[float, int]] = field(default_factory=list)  # (when, its window size)
     injected: list[BaseException] = field(default_factory=list)  # fatal errors its writes raised
+    supervisor: str = ""  # the pod it is a worker of (`--workers`); its own name with one
+    # When the group fenced it, and when it noticed (a zombie in between; None: it never did)
+    fences: list[tuple[float, float | None]] = field(default_factory=list)
+    siblings: list[PodRun] = field(default_factory=list)  # the other workers of its pod
 
     def window_at(self, at: float) -> int:
         """The window's size at `at` (its largest when it has not told)."""
@@ -331,6 +360,7 @@ class RunLog:
     warnings: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # every log line the engine's loggers let out
     finished: bool = False
+    hung_at: float | None = None  # when the run's bound ended a run that never ended itself
     fatal_injected: bool = False
     end_s: float = 0.0
 
@@ -359,6 +389,13 @@ class World:
                                  result_topic=f"{GROUP}.result", create_topics=False,
                                  **{k: str(v) for k, v in flags.items()})
         self.settings = settings
+        # --workers K: each worker a pod of its own with its share of the window and of the
+        # rate limit, as `dispatcher.pod.workers` gives them
+        self.worker_settings = [settings] if settings.workers == 1 else [
+            load_settings(input_topic=INPUT, group=GROUP, handler="sim:handle",
+                          result_topic=f"{GROUP}.result", create_topics=False,
+                          **{**{k: str(v) for k, v in flags.items() if k != "workers"},
+                             **_fields(own)}) for own in worker_flags(settings)]
         self.topics = settings.topics(local_stack=False)
         self.cluster = SimCluster(self.rng, GROUP, settings.rebalance_timeout_s)
         self.cluster.commit_failure_rate = scenario.commit_failure_rate
@@ -369,7 +406,8 @@ class World:
         self._sweep_ahead_s = 0.0  # moved at the end only: what stays open expires
         self._mirror = Mirror(dlq_topic=self.topics.dlq_topic, group=GROUP)
         self._incarnations = 0
-        self._live: dict[str, PodRun] = {}
+        self._live: dict[str, list[PodRun]] = {}  # each live pod's workers
+        self._counterparty: web.Server | None = None  # the HTTP counterparty, made in `run`
 
     # --- clocks ---
 
@@ -388,7 +426,11 @@ class World:
 
     # --- the counterparty ---
 
-    def _handler_for(self, pod: PodRun) -> Callable[[Record], Any]:
+    def _handler_for(self, pod: PodRun,
+                     http: AiohttpHandler | None = None) -> Callable[[Record], Any]:
+        """The pod's handler: each call noted as the counterparty sees it, answered as the
+        scenario says, directly or (`http`) by the built-in HTTP handler's request to the
+        simulated counterparty (`_serve`)."""
         calls: dict[int, Call] = {}
         behaviour = self.scenario.behaviour
         names, weights = list(behaviour), list(behaviour.values())
@@ -403,15 +445,15 @@ class World:
             else:  # a new call (the same Record object comes back for each retry)
                 call = calls[id(record)] = Call(pod.name, record.wait_id, record.topic,
                                                 record.partition, record.offset, record.key,
-                                                self.now, self.cluster.generation)
+                                                self.now, pod.consumer.group_generation() or 0)
                 self.log.calls.append(call)
                 call.record = record  # type: ignore[attr-defined]  # keeps its id unique
             try:
                 if self.scenario.handle is not None:
                     outcome = await self.scenario.handle(self, call, record)
                 else:
-                    outcome = await self._behave(self.rng.choices(names, weights)[0], deadline,
-                                                 call)
+                    outcome = await (self._behave(self.rng.choices(names, weights)[0], deadline,
+                                                  call) if http is None else http.handle(record))
             except asyncio.CancelledError:
                 if pod.alive:  # a killed pod's calls ended with it
                     call.ended = self.now
@@ -433,6 +475,52 @@ class World:
             return outcome
 
         return handle
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The counterparty behind the built-in HTTP handler: the scenario's behaviour as HTTP
+        answers (a final error a 400, a retryable one a 503, the handler's own cancellation a
+        connection reset, a huge result a body past the handler's read limit)."""
+        await request.read()
+        deadline = self.settings.deadline
+        outage = self.scenario.outage
+        if outage is not None and outage[0] <= self.now < outage[1]:
+            await asyncio.sleep(deadline * 2)  # the connector refuses the other half
+        await asyncio.sleep(self.rng.uniform(0.001, deadline / 4))
+        behaviour = self.scenario.behaviour
+        what = self.rng.choices(list(behaviour), list(behaviour.values()))[0]
+        if what == "slow":
+            await asyncio.sleep(deadline * self.rng.uniform(0.5, 1.5))
+        elif what == "hang":
+            await asyncio.sleep(deadline * 100)
+        elif what == "error":
+            return web.Response(status=400, text="the counterparty said no (simulated)")
+        elif what == "retryable":
+            retry_after = self.rng.choice([None, "0", "1"])
+            return web.Response(status=503, text="try again (simulated)",
+                                headers={} if retry_after is None else {"Retry-After": retry_after})
+        elif what == "cancelled":
+            assert request.transport is not None
+            request.transport.close()  # a reset mid-answer: the client sees the connection drop
+            await asyncio.get_running_loop().create_future()
+        elif what == "huge":
+            return web.Response(body=b"x" * (2 * SUMMARY_READ_BYTES))
+        return web.Response(body=b'{"ok": true}', content_type="application/json")
+
+    def _http_handler(self, pod: PodRun, window: int) -> AiohttpHandler:
+        """The built-in HTTP handler as `--counterparty-url` presets it (a connection per window
+        slot, the call summary as result), its connections in memory to `_serve`; during an
+        outage half of the new connections are refused."""
+        assert self._counterparty is not None
+        server = self._counterparty
+        outage = self.scenario.outage
+
+        def refused() -> bool:
+            return (outage is not None and outage[0] <= self.now < outage[1]
+                    and self.rng.random() < 0.5)
+
+        return AiohttpHandler(counterparty_url_preset(COUNTERPARTY_URL, max_connections=window),
+                              connector=lambda: InMemoryConnector(server, limit=window,
+                                                                  refused=refused))
 
     async def _behave(self, what: str, deadline: float, call: Call) -> bytes | None:
         outage = self.scenario.outage
@@ -458,25 +546,32 @@ class World:
 
     # --- pods ---
 
-    async def start_pod(self, name: str) -> PodRun:
+    async def start_pod(self, name: str) -> list[PodRun]:
+        """Start pod `name` (its workers under `--workers`, each a group member) and let the
+        group rebalance; its workers."""
         self._incarnations += 1
-        member = f"{name}#{self._incarnations}"
-        consumer = self.scenario.make_consumer(self.cluster, member, self.settings.window_size)
-        pod = PodRun(member, consumer, asyncio.Event(), window=self.settings.window_size)
-        self._watch_window(pod)
-        sim_writer = SimWriter(self.cluster, member, self._faults_for(), lambda: pod.alive)
-        pod.injected = sim_writer.injected
-        writer: AckedWrites = sim_writer
-        if self.scenario.before_write is not None:
-            writer = _HeldWriter(self, member, writer, self.scenario.before_write)
-        handler = LoadedHandler("sim:handle", self._handler_for(pod))
-        pod.task = asyncio.create_task(self._run_pod(pod, consumer, writer, handler),
-                                       name=f"pod {member}")
-        self.log.pods.append(pod)
-        self._live[name] = pod
-        await asyncio.sleep(0)  # it subscribes
+        supervisor = f"{name}#{self._incarnations}"
+        several = len(self.worker_settings) > 1
+        workers: list[PodRun] = []
+        for index, settings in enumerate(self.worker_settings):
+            member = f"{supervisor}w{index}" if several else supervisor
+            consumer = self.scenario.make_consumer(self.cluster, member, settings.window_size)
+            pod = PodRun(member, consumer, asyncio.Event(), window=settings.window_size,
+                         supervisor=supervisor, siblings=workers)
+            self._watch_window(pod)
+            sim_writer = SimWriter(self.cluster, member, self._faults_for(), lambda p=pod: p.alive)
+            pod.injected = sim_writer.injected
+            writer: AckedWrites = sim_writer
+            if self.scenario.before_write is not None:
+                writer = _HeldWriter(self, member, writer, self.scenario.before_write)
+            pod.task = asyncio.create_task(self._run_pod(pod, settings, consumer, writer),
+                                           name=f"pod {member}")
+            self.log.pods.append(pod)
+            workers.append(pod)
+        self._live[name] = workers
+        await asyncio.sleep(0)  # they subscribe
         await self.cluster.rebalance([INPUT])
-        return pod
+        return workers
 
     def _watch_window(self, pod: PodRun) -> None:
         """Note each size the pod's window takes (its `waitline_window` gauge), so the oracle
@@ -494,20 +589,30 @@ class World:
         faults = self.scenario.write_faults
         return dataclasses.replace(faults)
 
-    async def _run_pod(self, pod: PodRun, consumer: SimConsumer, writer: AckedWrites,
-                       handler: LoadedHandler) -> None:
+    async def _run_pod(self, pod: PodRun, settings: DispatchSettings, consumer: SimConsumer,
+                       writer: AckedWrites) -> None:
         skew = self.scenario.clock_skew_s
         skew_s = self.rng.uniform(-skew, skew) if skew else 0.0
         try:
-            async with open_engine(self.settings, consumer=consumer, writer=writer,
-                                   topics=self.topics, metrics=pod.metrics, handler=handler,
-                                   clock=lambda: self.pod_wall(skew_s)) as engine:
+            async with contextlib.AsyncExitStack() as opened:
+                http = None
+                if self.scenario.http:
+                    http = await opened.enter_async_context(
+                        self._http_handler(pod, settings.window_size))
+                handler = LoadedHandler("sim:handle", self._handler_for(pod, http))
+                engine = await opened.enter_async_context(open_engine(
+                    settings, consumer=consumer, writer=writer, topics=self.topics,
+                    metrics=pod.metrics, handler=handler, clock=lambda: self.pod_wall(skew_s)))
                 await engine.run(pod.stop)
         except asyncio.CancelledError:
             if pod.alive:
                 raise
         except Exception as exc:  # judged by the oracle
             pod.error = exc
+            for sibling in pod.siblings:  # its supervisor stops the other workers
+                if sibling is not pod and sibling.stop_asked_at is None:
+                    sibling.stop_asked_at = self.now
+                    sibling.stop.set()
         finally:
             pod.stopped_at = self.now
             self.cluster.leave(consumer.member_id)
@@ -516,32 +621,63 @@ class World:
                     call.ended, call.outcome = self.now, "cut off"
 
     async def sigterm(self, name: str) -> None:
-        pod = self._live.pop(name, None)
-        if pod is None or pod.task is None:
-            return
-        pod.stop_asked_at = self.now
-        pod.stop.set()
-        await asyncio.wait([pod.task])
-        if self._live:
+        """SIGTERM: every worker of the pod drains and stops."""
+        workers = self._live.pop(name, [])
+        for pod in workers:
+            if pod.stop_asked_at is None:
+                pod.stop_asked_at = self.now
+            pod.stop.set()
+        tasks = [pod.task for pod in workers if pod.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        if workers and self._live:
             await self.cluster.rebalance([INPUT])
 
     async def kill(self, name: str) -> None:
-        pod = self._live.pop(name, None)
-        if pod is None or pod.task is None:
-            return
-        pod.alive = False
-        pod.killed_at = self.now
-        pod.consumer.dead = True
+        """kill -9 of the pod (its container: every worker)."""
+        workers = self._live.pop(name, [])
+        for pod in workers:
+            pod.alive = False
+            pod.killed_at = self.now
+            pod.consumer.die()
         for call in self.log.calls:  # the dead pod's calls end with it
-            if call.pod == pod.name and (call.ended is None or call.ended > self.now):
+            if (any(call.pod == pod.name for pod in workers)
+                    and (call.ended is None or call.ended > self.now)):
                 call.ended, call.outcome = self.now, "killed"
-        while not pod.task.done():
-            pod.task.cancel()
-            await asyncio.wait([pod.task], timeout=1.0)
+        for pod in workers:
+            while pod.task is not None and not pod.task.done():
+                pod.task.cancel()
+                await asyncio.wait([pod.task], timeout=1.0)
+        if not workers:
+            return
         await asyncio.sleep(self.rng.uniform(0.1, 3.0))  # the group notices (session timeout)
-        self.cluster.leave(pod.consumer.member_id)
+        for pod in workers:
+            self.cluster.leave(pod.consumer.member_id)
         if self._live:
             await self.cluster.rebalance([INPUT])
+
+    async def fence(self, name: str) -> None:
+        """The group fences the pod (its session lost: a network partition from the group
+        coordinator, a long pause) and gives its partitions to the others; it does not know
+        for a while (until its heartbeat is refused): it fetches, calls and writes on, and its
+        commits fail. Then, as aiokafka does, it revokes what it held and joins again."""
+        workers = self._live.get(name, [])
+        if not workers:
+            return
+        fenced_at = self.now
+        for pod in workers:
+            self.cluster.fence(pod.consumer.member_id)
+        await self.cluster.rebalance([INPUT])
+        await asyncio.sleep(self.rng.uniform(0.5, 4.0))
+        if self._live.get(name) is not workers:
+            for pod in workers:  # stopped or killed meanwhile
+                pod.fences.append((fenced_at, None))
+            return
+        await asyncio.gather(*(pod.consumer.rejoin() for pod in workers
+                               if pod.task is not None and not pod.task.done()))
+        for pod in workers:
+            pod.fences.append((fenced_at, self.now))
+        await self.cluster.rebalance([INPUT])
 
     # --- the input, the sweep, the faults ---
 
@@ -611,6 +747,8 @@ class World:
             self._most_ahead_s = max(self._most_ahead_s, self._pod_clock_offset_s)
         elif what in ("revoke_kill", "revoke_commits_fail") and names:
             await self._fault_during_revoke(what, names)
+        elif what == "fence" and names:
+            await self.fence(self.rng.choice(names))
         if not self._live:  # an orchestrator starts a pod again
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
             await self.start_pod("a")
@@ -640,29 +778,36 @@ class World:
                                             (f"{GROUP}.result", 1, RESULT_LIMIT_BYTES)):
             cluster.create_topic(name, partitions, max_bytes=limits.get(name, max_bytes))
         self.log.fatal_injected = scenario.write_faults.fatal_at is not None
+        self._counterparty = web.Server(self._serve, handler_cancellation=True)
         producer = asyncio.create_task(self.produce(), name="producer")
         sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
+        bound = asyncio.timeout(self._run_limit_s())
         try:
-            await self.start_pod("a")
-            if scenario.script is not None:
-                await scenario.script(self)
-            started = self.now
-            for at, what in scenario.events:
-                await asyncio.sleep(max(0.0, started + at - self.now))
-                await self.event(what)
-                if self.log.fatal_injected and any(p.error for p in self.log.pods):
-                    break
-            await producer
-            self.log.finished = await self._until_all_committed(limit_s=self._budget_s())
-            for name in sorted(self._live):
-                await self.sigterm(name)
+            async with bound:
+                await self.start_pod("a")
+                if scenario.script is not None:
+                    await scenario.script(self)
+                started = self.now
+                for at, what in scenario.events:
+                    await asyncio.sleep(max(0.0, started + at - self.now))
+                    await self.event(what)
+                    if self.log.fatal_injected and any(p.error for p in self.log.pods):
+                        break
+                await producer
+                self.log.finished = await self._until_all_committed(limit_s=self._budget_s())
+                for name in sorted(self._live):
+                    await self.sigterm(name)
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            self.log.hung_at = self.now  # the oracle reports it
         finally:
             producer.cancel()
             sweeper.cancel()
             for pod in self.log.pods:
                 if pod.task is not None and not pod.task.done():
                     pod.alive = False
-                    pod.consumer.dead = True
+                    pod.consumer.die()
                     while not pod.task.done():
                         pod.task.cancel()
                         await asyncio.wait([pod.task], timeout=1.0)
@@ -675,6 +820,16 @@ class World:
         self.sweep()  # what stays open expires
         self.log.end_s = self.now
         return self.log
+
+    def _run_limit_s(self) -> float:
+        """The virtual time a whole run may take: twice its events, its budget to commit, its
+        pods' drains and a wait's expiration. A run still going then waits for something that
+        never comes (found by `sweep.py --faults --seed 11`, which polled on for ever)."""
+        events_s = max((at for at, _what in self.scenario.events), default=0.0)
+        window = self.settings.window()
+        return 2 * (events_s + self.scenario.produce_over_s + self._budget_s()
+                    + window.drain_grace_s + window.rebalance_timeout_s
+                    + self.settings.wait_expiration)
 
     def _budget_s(self) -> float:
         rate = self.settings.rate()
@@ -696,7 +851,14 @@ class World:
         return False
 
     def _live_running(self) -> bool:
-        return any(p.task is not None and not p.task.done() for p in self._live.values())
+        return any(p.task is not None and not p.task.done()
+                   for workers in self._live.values() for p in workers)
+
+
+def _fields(flags: list[str]) -> dict[str, str]:
+    """`["--max-concurrency", "3", ...]` as settings fields: {"max_concurrency": "3", ...}."""
+    return {name.removeprefix("--").replace("-", "_"): value
+            for name, value in zip(flags[::2], flags[1::2], strict=True)}
 
 
 class _HeldWriter:

@@ -123,3 +123,31 @@ def test_the_stamp_names_where_pyspark_and_the_connector_jars_are(tmp_path: Path
     assert class_archive.archive_stamp(one)["jars"] != class_archive.archive_stamp(other)["jars"]
     assert str(Path(pyspark.__file__).resolve().parent) in class_archive.archive_stamp(one)[
         "pyspark"]
+
+
+def test_a_build_clears_what_a_killed_build_left_and_waits_for_one_running(
+        tmp_path: Path) -> None:
+    """A build killed mid-training (a timeout, Ctrl-C twice) leaves its `.training-*` folder,
+    up to the size of an archive (~180 MB); the next build removes it. Two builds into one
+    folder take turns: the second waits for the first's lock, so it never removes the first's
+    folder while the first writes there."""
+    import fcntl
+    import os
+    left = tmp_path / ".training-killed"
+    (left / "nested").mkdir(parents=True)
+    (left / "nested" / "reconcile.jsa").write_bytes(b"half an archive")
+    (tmp_path / class_archive.ARCHIVE_NAME).write_bytes(b"archive")
+    with training.building_alone(tmp_path):
+        assert not left.exists()
+        assert (tmp_path / class_archive.ARCHIVE_NAME).exists()
+        held = os.open(tmp_path, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(held)
+    free = os.open(tmp_path, os.O_RDONLY)
+    try:
+        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released at the end
+    finally:
+        os.close(free)

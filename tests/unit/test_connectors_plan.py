@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.registry import format_age
 from connectors.rows import (
     REJECT_COLUMNS,
     STAGE_COLUMNS,
@@ -31,6 +30,7 @@ from connectors.rows import (
     supersedes,
 )
 from connectors.source import EXPIRED_EXCEPTION, ExpiredWait, to_dlq, to_tombstone
+from dispatcher.durations import format_age
 from dispatcher.wire import (
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,

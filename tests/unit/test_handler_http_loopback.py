@@ -15,11 +15,14 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from aiohttp import web
+from loopback import serve_app
 
+from dispatcher import tracing
 from dispatcher.call.attempts import HandlerCounterparty
 from dispatcher.call.contract import CallOutcome
 from dispatcher.call.outcomes import RetryPolicy
@@ -27,6 +30,7 @@ from dispatcher.handlers import Handler, Record
 from dispatcher.handlers.http import AiohttpHandler, handler
 from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.handlers.httpx_handler import HttpxHandler
+from dispatcher.wire import SourceRecord
 from loadtest.mock.counterparty import MockCounterparty
 from loadtest.mock.latency import FixedLatency, LatencyModel
 
@@ -73,19 +77,11 @@ class Recorder:
         return web.Response(status=status, body=body, headers=headers)
 
 
-@asynccontextmanager
-async def serve(recorder: Recorder, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+def serve(recorder: Recorder,
+          tls: ssl.SSLContext | None = None) -> AbstractAsyncContextManager[str]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", recorder.answer)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
-    await runner.setup()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    await web.SockSite(runner, sock, ssl_context=tls).start()
-    try:
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
+    return serve_app(app, tls=tls)
 
 
 async def call(client: Client, config: HttpHandlerConfig,
@@ -234,3 +230,32 @@ async def test_an_answer_larger_than_max_response_bytes_is_not_a_result(client: 
     assert outcome.failure is not None
     assert outcome.failure.exception == "ResponseTooLargeError"
     assert "exceeds max_response_bytes (4096)" in outcome.failure.message
+
+
+@CLIENTS
+async def test_the_call_carries_the_call_spans_traceparent_in_place_of_a_forwarded_one(
+    client: Client, spans: Any,
+) -> None:
+    """With tracing on, the counterparty sees the call span's own W3C context (the record's
+    trace continues through the call), not the producer's `traceparent` the record carried,
+    whichever HTTP client the built-in handler runs on."""
+    recorder = Recorder([(200, b"ok", {})])
+    source = SourceRecord(topic=RECORD.topic, partition=RECORD.partition, offset=RECORD.offset,
+                          key=RECORD.key, value=RECORD.value, timestamp_ms=1_700_000_000_000,
+                          headers=(("traceparent", f"00-{'ab' * 16}-{'cd' * 8}-01".encode()),))
+    async with serve(recorder) as base:
+        config = load_http_config(url=f"{base}/pay", forward_headers="traceparent")
+        async with client(config) as opened:
+            record_trace = tracing.record_trace(source, "payments")
+            record_trace.calling()
+            try:
+                outcome = await HandlerCounterparty(opened, POLICY).handle(RECORD)
+            finally:
+                record_trace.called(outcome)
+                record_trace.end()
+    assert outcome.ok
+    sent = recorder.seen[0][2]["traceparent"]
+    call = next(span for span in spans.get_finished_spans() if span.name == "call")
+    context = call.get_span_context()
+    assert sent == f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
+    assert context.trace_id == int("ab" * 16, 16), "the producer's trace goes on"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadtest.bench.scenarios import SCENARIOS, get_scenario
+from loadtest.bench.scenarios import BASELINES, PEERS, SCENARIOS, get_scenario
 from loadtest.harness.measure import (
     Sample,
     histogram_buckets,
@@ -95,7 +95,7 @@ def test_every_scenario_run_has_a_known_mode_and_a_parsable_model() -> None:
 
     for scenario in SCENARIOS.values():
         for run in scenario.runs:
-            assert run.mode in ("batch", "at-least-once", "bare", "bare-wait")
+            assert run.mode in ("batch", "at-least-once", *BASELINES, *PEERS)
             assert parse_model(run.model).mean_latency_s(run.deadline_s) > 0
 
 

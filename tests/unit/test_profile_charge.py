@@ -47,7 +47,8 @@ def test_each_part_of_the_stack_has_its_component(leaf: str, component: str) -> 
 
 
 def test_a_socket_write_is_charged_to_the_code_that_writes() -> None:
-    write = ["UVStream__try_write (loop.c:106818)", "write (libc.so.6)"]
+    write = ["write (loop.c:110207)", "UVStream_write (loop.c:110085)",
+             "UVStream__try_write (loop.c:106818)", "write (libc.so.6)"]
     assert charge([*ROOT, "StreamWriter._writelines (aiohttp/http_writer.py:116)", *write]) == (
         "HTTP call (aiohttp, the handler)")
     assert charge([*ROOT, "StreamWriter.write (asyncio/streams.py:343)", *write]) == (

@@ -15,6 +15,7 @@ from loadtest.bench.revisions import (
     export_revision,
     imported_from,
     interpreter_variants,
+    peer_variants,
     variant,
 )
 from loadtest.cli import app
@@ -73,3 +74,19 @@ def test_an_interpreter_that_cannot_run_the_pod_is_refused(tmp_path: Path) -> No
     fake.chmod(0o755)
     with pytest.raises(HarnessError, match="cannot run this checkout's pod"):
         interpreter_variants(str(fake))
+
+
+def test_a_peer_variant_runs_the_peer_on_its_python_beside_this_pod() -> None:
+    pod, peer = peer_variants("pyrallel-consumer", sys.executable)
+    assert pod.loop == "pod" and pod.python == sys.executable
+    assert pod.args == ("--counterparty-url", "{url}")
+    assert peer.loop == "pyrallel-consumer" and peer.python == sys.executable
+    assert peer.env == {"PYTHONPATH": str(REPO)} and peer.args == ()
+    assert peer.name.startswith("pyrallel-consumer, Python ")
+
+
+def test_an_unknown_peer_is_refused() -> None:
+    result = CliRunner().invoke(app, ["peer-cpu", "--python", sys.executable, "--peer",
+                                      "no-such-peer"])
+    assert result.exit_code == CONFIG_EXIT_CODE
+    assert "--peer 'no-such-peer'" in result.output

@@ -86,8 +86,18 @@ def test_every_problem_is_listed_at_once() -> None:
     assert any(line.strip().startswith("--security-protocol") for line in lines)
 
 
-def test_security_protocol_is_normalised_to_upper_case() -> None:
-    assert settings(security_protocol="sasl_ssl").security_protocol == "SASL_SSL"
+def test_security_protocol_and_mechanism_are_normalised_to_upper_case() -> None:
+    loaded = settings(security_protocol="sasl_ssl", sasl_mechanism="scram-sha-512",
+                      sasl_username="u", sasl_password="p")
+    assert (loaded.security_protocol, loaded.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+
+
+def test_a_security_setting_is_checked_with_the_pod_flags_on_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")
+    assert str(caught.value) == (
+        "invalid configuration: WAITLINE_SECURITY_PROTOCOL=SASL_SSL needs "
+        "WAITLINE_SASL_USERNAME and WAITLINE_SASL_PASSWORD")
 
 
 def test_environment_fills_what_flags_leave_unset(monkeypatch: pytest.MonkeyPatch) -> None:

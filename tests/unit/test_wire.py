@@ -131,6 +131,11 @@ def test_original_headers_round_trip(headers: Headers) -> None:
     assert wire.decode_original_headers(wire.encode_original_headers(headers)) == headers
 
 
+def test_no_original_headers_are_an_empty_object() -> None:
+    assert wire.encode_original_headers(()) == "{}"
+    assert wire.decode_original_headers("{}") == ()
+
+
 def test_original_headers_are_an_object_when_lossless() -> None:
     headers = (("trace", b"abc"), ("city", "Zürich".encode()))
     assert wire.encode_original_headers(headers) == '{"trace":"abc","city":"Zürich"}'
@@ -215,7 +220,22 @@ def test_expiration_round_trips_at_millisecond_precision(at: datetime) -> None:
     assert wire.parse_expiration(wire.format_expiration(at)) == expected
 
 
+@given(st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(0)),
+                                                timezone(timedelta(hours=-3, minutes=-30))])))
+def test_expiration_in_utc_is_written_as_any_zone_converted_to_utc(at: datetime) -> None:
+    converted = at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert wire.format_expiration(at) == converted
+    assert wire.format_expiration(at.astimezone(UTC)) == converted
+
+
 # --- wait id ------------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=8), topics, st.integers(0, 1000), st.integers(0, 2**40))
+def test_the_wait_ids_text_is_the_uuid5s(group: str, topic: str, partition: int,
+                                          offset: int) -> None:
+    assert wire.wait_id_text(group, topic, partition, offset) == str(
+        wire.wait_id_for(group, topic, partition, offset))
 
 
 def test_wait_id_is_uuid5_over_the_coordinates_and_never_changes() -> None:

@@ -1,0 +1,29 @@
+"""A service stops the process it started, whatever its PID file or /proc says: on a loaded
+machine a read of /proc/<pid>/cmdline can miss a live process, and `stop` then waited forever
+on a broker it never signalled (a cluster start that failed hung the test session)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from devstack.kafka import KafkaService
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_started_process_is_stopped_when_its_pid_check_misses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    service = KafkaService(tmp_path, port=1, controller_port=2)
+    process = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    service._process = process  # as start() leaves it
+    monkeypatch.setattr(KafkaService, "pid", lambda self: None)  # /proc missed it
+    started = time.monotonic()
+    getattr(service, how)()
+    assert process.poll() is not None
+    assert time.monotonic() - started < 30
