@@ -12,7 +12,8 @@ The metrics every record moves (fetched, prepared, finished by outcome, in fligh
 latency and the record's duration) are tallies: plain numbers the event loop adds to, read
 into Prometheus families when the registry is collected (`_Tallies`), instead of
 prometheus-client's metrics, which take a lock per update and scan a histogram's buckets one by
-one (docs/BENCHMARKS.md, "Cutting the cost per record"). The pod's engine runs in one thread,
+one (docs/BENCHMARKS.md, "The pod's cost per record", its candidates). The exposition is the
+same: names, help, labels, buckets and `_created` series. The pod's engine runs in one thread,
 and so does the scrape that reads them.
 """
 
@@ -48,10 +49,11 @@ RECORD_BUCKETS_S = (0.05, 0.1, 0.15, 0.2, 0.225, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
 class TallyCounter:
     """A counter the event loop adds to; read when the registry is collected."""
 
-    __slots__ = ("value",)
+    __slots__ = ("created", "value")
 
     def __init__(self) -> None:
         self.value = 0.0
+        self.created = time.time()
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
@@ -89,12 +91,13 @@ class TallyHistogram:
     registry is collected. A bucket counts values up to and including its bound, as
     Prometheus' `le` says."""
 
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "created", "sum")
 
     def __init__(self, buckets: Sequence[float]) -> None:
         self.bounds = tuple(buckets)
         self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound (+Inf)
         self.sum = 0.0
+        self.created = time.time()
 
     def observe(self, amount: float) -> None:
         self.counts[bisect.bisect_left(self.bounds, amount)] += 1
@@ -111,22 +114,21 @@ class TallyHistogram:
 
 class _Tallies(Collector):
     """Reads the tallies into Prometheus families, named and described as the metrics they
-    stand for (with their `_created` series)."""
+    stand for (with their `_created` series: when the tally, or a label's tally, was made)."""
 
     def __init__(self, metrics: DispatcherMetrics) -> None:
         self._metrics = metrics
-        self._created = time.time()
 
     def collect(self) -> Iterator[Metric]:
-        m, created = self._metrics, self._created
+        m = self._metrics
         yield CounterMetricFamily("waitline_records_fetched", _FETCHED, m.fetched.value,
-                                  created=created)
+                                  created=m.fetched.created)
         yield CounterMetricFamily("waitline_records_prepared", _PREPARED, m.prepared.value,
-                                  created=created)
+                                  created=m.prepared.created)
         finished = CounterMetricFamily("waitline_records_finished", _FINISHED,
                                        labels=["outcome"])
-        for outcome, counter in sorted(m.outcomes.children.items()):
-            finished.add_metric([outcome], counter.value, created=created)
+        for outcome, counter in m.outcomes.children.items():
+            finished.add_metric([outcome], counter.value, created=counter.created)
         yield finished
         yield GaugeMetricFamily("waitline_in_flight", _IN_FLIGHT, m.in_flight.value)
         for name, documentation, histogram in (
@@ -134,7 +136,7 @@ class _Tallies(Collector):
                 ("waitline_record_duration_seconds", _DURATION, m.record_duration)):
             family = HistogramMetricFamily(name, documentation, histogram.cumulative(),
                                            histogram.sum)
-            family.samples.append(Sample(f"{name}_created", {}, created))
+            family.samples.append(Sample(f"{name}_created", {}, histogram.created))
             yield family
 
 
