@@ -7,35 +7,16 @@ stall, and the fatal error if there was one. `/status` is the pod's status docum
 console's pods view (`dispatcher/pod/status.py`: window, records by state, stalled records,
 breaker, rate limit; read-only, no payloads, no secrets).
 Each `DispatcherMetrics` has its own registry, so tests can run several engines in one process.
-
-The metrics every record moves (fetched, prepared, finished by outcome, in flight, the call's
-latency and the record's duration) are tallies: plain numbers the event loop adds to, read
-into Prometheus families when the registry is collected (`_Tallies`), instead of
-prometheus-client's metrics, which take a lock per update and scan a histogram's buckets one by
-one (docs/BENCHMARKS.md, "The pod's cost per record", its candidates). The exposition is the
-same: names, help, labels, buckets and `_created` series. The pod's engine runs in one thread,
-and so does the scrape that reads them.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
 
 from dispatcher.pod.stalls import PartitionStall
 
@@ -46,124 +27,24 @@ RECORD_BUCKETS_S = (0.05, 0.1, 0.15, 0.2, 0.225, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
                     2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 61.0, 65.0, 75.0, 90.0, 120.0)
 
 
-class TallyCounter:
-    """A counter the event loop adds to; read when the registry is collected."""
-
-    __slots__ = ("created", "value")
-
-    def __init__(self) -> None:
-        self.value = 0.0
-        self.created = time.time()
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-
-class TallyGauge:
-    """A gauge the event loop sets; read when the registry is collected."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def set(self, value: float) -> None:
-        self.value = value
-
-
-class LabelledTally:
-    """A counter with one label: a `TallyCounter` per value, made on first use."""
-
-    __slots__ = ("children",)
-
-    def __init__(self) -> None:
-        self.children: dict[str, TallyCounter] = {}
-
-    def labels(self, value: str) -> TallyCounter:
-        child = self.children.get(value)
-        if child is None:
-            child = self.children[value] = TallyCounter()
-        return child
-
-
-class TallyHistogram:
-    """A histogram the event loop observes into (a bisect and two additions); read when the
-    registry is collected. A bucket counts values up to and including its bound, as
-    Prometheus' `le` says."""
-
-    __slots__ = ("bounds", "counts", "created", "sum")
-
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.bounds = tuple(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound (+Inf)
-        self.sum = 0.0
-        self.created = time.time()
-
-    def observe(self, amount: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
-        self.sum += amount
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        """(le, values up to it) for every bound and +Inf, as the exposition lists them."""
-        buckets, total = [], 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += count
-            buckets.append((floatToGoString(bound), float(total)))  # type: ignore[no-untyped-call]
-        return buckets
-
-
-class _Tallies(Collector):
-    """Reads the tallies into Prometheus families, named and described as the metrics they
-    stand for (with their `_created` series: when the tally, or a label's tally, was made)."""
-
-    def __init__(self, metrics: DispatcherMetrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        m = self._metrics
-        yield CounterMetricFamily("waitline_records_fetched", _FETCHED, m.fetched.value,
-                                  created=m.fetched.created)
-        yield CounterMetricFamily("waitline_records_prepared", _PREPARED, m.prepared.value,
-                                  created=m.prepared.created)
-        finished = CounterMetricFamily("waitline_records_finished", _FINISHED,
-                                       labels=["outcome"])
-        for outcome, counter in m.outcomes.children.items():
-            finished.add_metric([outcome], counter.value, created=counter.created)
-        yield finished
-        yield GaugeMetricFamily("waitline_in_flight", _IN_FLIGHT, m.in_flight.value)
-        for name, documentation, histogram in (
-                ("waitline_counterparty_latency_seconds", _LATENCY, m.call_latency),
-                ("waitline_record_duration_seconds", _DURATION, m.record_duration)):
-            family = HistogramMetricFamily(name, documentation, histogram.cumulative(),
-                                           histogram.sum)
-            family.samples.append(Sample(f"{name}_created", {}, histogram.created))
-            yield family
-
-
-_FETCHED = "Records fetched from input topics."
-_PREPARED = ("Records made committable: their call started (after their wait record was "
-             "acknowledged), or their own DLQ record was.")
-_FINISHED = "Records finished, by outcome (success, failure class)."
-_IN_FLIGHT = ("Records holding a window slot: fetched and not yet finished, less those only "
-              "writing their tombstone.")
-_LATENCY = "Counterparty call time, retries included."
-_DURATION = ("Time from fetch until the record is finished (outcome durable; in batch mode, its "
-             "batch committed).")
-
-
 class DispatcherMetrics:
     """The pod's counters and gauges; names start with `waitline_`."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.fetched = TallyCounter()
-        self.prepared = TallyCounter()
-        self.outcomes = LabelledTally()
-        self.in_flight = TallyGauge()
-        self.call_latency = TallyHistogram(LATENCY_BUCKETS_S)
-        self.record_duration = TallyHistogram(RECORD_BUCKETS_S)
-        r.register(_Tallies(self))
+        self.fetched = Counter("waitline_records_fetched", "Records fetched from input topics.",
+                               registry=r)
+        self.prepared = Counter("waitline_records_prepared",
+                                "Records made committable: their call started (after their wait "
+                                "record was acknowledged), or their own DLQ record was.",
+                                registry=r)
+        self.outcomes = Counter("waitline_records_finished",
+                                "Records finished, by outcome (success, failure class).",
+                                ["outcome"], registry=r)
+        self.in_flight = Gauge("waitline_in_flight", "Records holding a window slot: fetched "
+                               "and not yet finished, less those only writing their tombstone.",
+                               registry=r)
         self.window = Gauge("waitline_window", "The window: most calls at once (with "
                             "--concurrency auto, its current size).", registry=r)
         self.window_changes = Counter("waitline_window_changes",
@@ -172,6 +53,13 @@ class DispatcherMetrics:
         self.latency_floor = Gauge("waitline_latency_floor_seconds",
                                    "The adaptive window's latency floor: the lowest median "
                                    "attempt latency it has seen.", registry=r)
+        self.call_latency = Histogram("waitline_counterparty_latency_seconds",
+                                      "Counterparty call time, retries included.",
+                                      buckets=LATENCY_BUCKETS_S, registry=r)
+        self.record_duration = Histogram("waitline_record_duration_seconds",
+                                         "Time from fetch until the record is finished "
+                                         "(outcome durable; in batch mode, its batch committed).",
+                                         buckets=RECORD_BUCKETS_S, registry=r)
         self.commit_lag = Gauge("waitline_committed_offset_lag",
                                 "Records between the committed offset and the high watermark, "
                                 "summed over assigned partitions.", registry=r)
