@@ -740,13 +740,21 @@ def expiries_are_bounded(log: RunLog) -> list[str]:
                 and pod.stop_asked_at is None):
             out.append(f"wait {wid}: the sweep expired {writer}'s wait record at "
                        f"{swept_at:.2f}s while {writer} ran, in its group, owning its partition")
+    calls = _calls(log)
     for writer, wids in rows.items():
         pod = pods[writer]
         endings = {ownership_end(log, pod, a.generation).unclean
                    for a in log.cluster.assignments if a.member == writer}
-        if not any(endings):
-            out.append(f"{len(wids)} wait records of {writer} expired, but every ownership of "
-                       f"it ended cleanly (e.g. {wids[:3]})")
+        # A record called keeps running to its tombstone after a clean revoke (DESIGN.md,
+        # "Rebalances"): a kill -9 before that tombstone leaves its row open, however cleanly
+        # the ownership ended (`sweep.py --faults --seed 630` and `683`).
+        uncut = [wid for wid in wids
+                 if not (pod.killed_at is not None
+                         and any(c.pod == writer and c.started <= pod.killed_at
+                                 for c in calls.get(wid, [])))]
+        if uncut and not any(endings):
+            out.append(f"{len(uncut)} wait records of {writer} expired, but every ownership of "
+                       f"it ended cleanly and no kill cut their calls (e.g. {uncut[:3]})")
         elif len(wids) > most_open(pod.window):
             out.append(f"{len(wids)} wait records of {writer} expired: more than its window "
                        f"holds ({most_open(pod.window)})")
