@@ -183,7 +183,7 @@ class ClusterNode(KafkaService):
         return ["--add-scram", self._cluster.scram_credential()]
 
     def _answers(self, timeout_s: float) -> bool:
-        return self.node_id in self._cluster.live_brokers(timeout_s)
+        return asyncio.run(self._cluster.answers(self.node_id, timeout_s))
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
         self._cluster.wait_healthy((self.node_id,), timeout_s)
@@ -218,9 +218,12 @@ class SecureCluster:
         except (FileNotFoundError, ValueError, TypeError):
             return None
 
-    def connection(self) -> ClusterConnection:
+    def connection(self, node_ids: tuple[int, ...] = NODE_IDS) -> ClusterConnection:
+        """How clients reach the cluster, bootstrapping from `node_ids` (every node unless
+        one is named: a probe of that node alone)."""
         def bootstrap(listener: str) -> str:
-            return ",".join(f"127.0.0.1:{getattr(p, listener)}" for p in self.ports.nodes)
+            return ",".join(f"127.0.0.1:{getattr(self.ports.nodes[n - 1], listener)}"
+                            for n in node_ids)
 
         return ClusterConnection(bootstrap("client"), bootstrap("mtls"), self.tls, SCRAM_USER,
                                  self.password_file)
@@ -282,6 +285,14 @@ class SecureCluster:
         asked over SASL_SSL; empty when no node answers."""
         return await _live_brokers(self.connection(), timeout_s)
 
+    async def answers(self, node_id: int, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+        """True when the node serves clients itself: bootstrapped from its own SASL_SSL
+        listener alone, it lists itself as a broker. A node opens its client listeners only
+        once the controller has unfenced it. The other nodes' word is no proof: with the quorum
+        lost (two of three nodes down) no controller can fence the dead ones, and the survivor's
+        metadata lists them as brokers until the quorum is back, started or not."""
+        return node_id in await _live_brokers(self.connection((node_id,)), timeout_s)
+
     def live_brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
         """`brokers`, for callers outside an event loop."""
         return asyncio.run(self.brokers(timeout_s))
@@ -303,10 +314,10 @@ class SecureCluster:
 
     async def serving(self, node_ids: tuple[int, ...] = NODE_IDS,
                       timeout_s: float = START_TIMEOUT_S) -> None:
-        """Until each of `node_ids` is a live broker; StackError naming a node that exited, or
-        the ones still missing at the deadline. One event loop for every probe: a probe that
-        gives up mid-handshake leaves its TLS connection closing, which a loop ended at once
-        would leave unclosed."""
+        """Until each of `node_ids` serves clients itself (`answers`); StackError naming a node
+        that exited, or the ones still missing at the deadline. One event loop for every probe:
+        a probe that gives up mid-handshake leaves its TLS connection closing, which a loop
+        ended at once would leave unclosed."""
         deadline = time.monotonic() + timeout_s
         while True:
             for node_id in node_ids:
@@ -316,7 +327,8 @@ class SecureCluster:
                         f"{node.name} exited during start-up. Its errors:\n"
                         f"{node.startup_errors() or '(none logged)'}\n"
                         f"Last lines of its log:\n{log_tail(node.log_path)}")
-            missing = set(node_ids) - await self.brokers()
+            answers = await asyncio.gather(*(self.answers(n) for n in node_ids))
+            missing = {n for n, yes in zip(node_ids, answers, strict=True) if not yes}
             if not missing:
                 return
             if time.monotonic() > deadline:

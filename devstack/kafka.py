@@ -124,6 +124,12 @@ class KafkaService:
             raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
     def pid(self) -> int | None:
+        """The broker's PID while it runs, else None: the process this object started while it
+        runs (its command line in /proc can read empty for a moment after the start, so a check
+        by /proc alone can miss a live broker), else the PID file's when its process is the
+        broker (one started by another object or command)."""
+        if self._process is not None and self._process.poll() is None:
+            return self._process.pid
         try:
             pid = int(self._pid_path.read_text())
         except (FileNotFoundError, ValueError):

@@ -111,6 +111,17 @@ class OrderingGate(Generic[RecordIdT]):
         self._waiting -= 1
         return [queue[0][0]]
 
+    def withdraw(self, record_id: RecordIdT) -> None:
+        """A record still waiting for its turn leaves its lane without one (its task ended
+        first: cancelled when the drain's grace ran out); those behind it move up."""
+        lane = self._lane_of.get(record_id)
+        queue = None if lane is None else self._lanes[lane]
+        if queue is None or queue[0][0] == record_id:
+            raise ValueError(f"record {record_id!r} is not waiting; it cannot be withdrawn")
+        queue.remove(next(item for item in queue if item[0] == record_id))
+        del self._lane_of[record_id]
+        self._waiting -= 1
+
     def forget_partition(self, partition: Hashable,
                          keep: Callable[[RecordIdT], bool] = lambda _record_id: False,
                          ) -> list[RecordIdT]:
@@ -170,10 +181,14 @@ class Turns:
         return turn
 
     def release(self, record: RecordId) -> None:
-        """The record is done (called and settled, or given up): the next of its lane starts."""
+        """The record is done (called and settled, or given up): the next of its lane starts.
+        A record that ends while still waiting (cancelled before its turn) leaves its lane."""
         if record not in self._admitted:
             return  # dropped at a revoke
         self._admitted.discard(record)
+        if self._waiting.pop(record, None) is not None:
+            self._gate.withdraw(record)
+            return
         for next_record in self._gate.release(record):
             self._waiting.pop(next_record).set()
 

@@ -97,8 +97,9 @@ class Context:
 def _result(rig: Rig, name: str, must_show: str, counted: tuple[int, Account], *,
             recovery_s: float | None, started: float, problems: tuple[str, ...] = (),
             measured: str = "") -> ScenarioResult:
-    problems += tuple(f"pod {pod} exited with {code} on SIGTERM"
-                      for pod, code in rig.exits.items() if code not in (0, -9))
+    problems += tuple(rig.problems) + tuple(f"pod {pod} exited with {code} on SIGTERM"
+                                            for pod, code in rig.exits.items()
+                                            if code not in (0, -9))
     return ScenarioResult(name, must_show, *counted, recovery_s, rig.watch.max_stall_s(),
                           time.monotonic() - started, problems, measured)
 

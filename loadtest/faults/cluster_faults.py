@@ -41,6 +41,9 @@ FEED_PER_S = 150  # records written each second while the fault lasts (none for 
 DOWN_S = 15.0  # how long a killed broker stays down
 FROZEN_S = 30.0
 SETTLE_S = 240.0  # for the cluster to serve again with every ISR full
+# With one of two killed nodes back, for the pod's first commit: the third node must first be
+# fenced (the brokers' 9 s session) and its partitions led and in sync without it.
+RESUME_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -237,24 +240,51 @@ def frozen_broker(frozen_s: float, *, until_fenced: bool = True) -> Fault:
 
 async def min_isr_unmet(ctx: ClusterContext, rig: Rig) -> str:
     """Two of three nodes killed at once: no partition can have two replicas in sync, so no
-    write is acknowledged (`acks=all`, `min.insync.replicas=2`); then one returns, then the
-    other."""
+    write is acknowledged (`acks=all`, `min.insync.replicas=2`) and the pod must commit nothing
+    while they are down; then one returns, and the pod must commit again before the other is
+    started (RESUME_S at most); then the other. What it does wrong goes to `rig.problems`."""
     controller = await ctx.view.active_controller()
-    victims = tuple(n for n in NODE_IDS if n != controller)
+    first, second = victims = tuple(n for n in NODE_IDS if n != controller)
     committed_before = rig.watch.committed_now()
     for node in victims:
         await asyncio.to_thread(ctx.cluster.nodes[node].kill)
     await asyncio.sleep(5)  # commits under way settle
-    held_from = rig.watch.committed_now()
+    held_from, down_from = rig.watch.committed_now(), time.monotonic()
     await asyncio.sleep(DOWN_S)
     held_to = rig.watch.committed_now()
+    readings = sum(1 for t, _, _ in rig.watch.samples if t > down_from)
     rig.check_pods_alive()  # holds its records, no crash
-    for node in victims:
-        await asyncio.to_thread(ctx.cluster.nodes[node].start)
-        await ctx.cluster.serving((node,), timeout_s=SETTLE_S)
-    return (f"nodes {victims[0]} and {victims[1]} down {DOWN_S + 5:g} s; the pod committed "
+    if held_to != held_from:
+        rig.problems.append(f"{held_to - held_from:,} records committed with two nodes down")
+    started = time.monotonic()
+    await asyncio.to_thread(ctx.cluster.nodes[first].start)
+    await ctx.cluster.serving((first,), timeout_s=SETTLE_S)
+    back_at = time.monotonic()
+    resumed = await _commits_past(rig, held_to, since=started, timeout_s=RESUME_S)
+    if resumed is None:
+        rig.problems.append(f"no commit within {RESUME_S:g} s of node {first} serving again "
+                            f"(node {second} down)")
+    await asyncio.to_thread(ctx.cluster.nodes[second].start)
+    await ctx.cluster.serving((second,), timeout_s=SETTLE_S)
+    return (f"nodes {first} and {second} down {DOWN_S + 5:g} s; the pod committed "
             f"{held_from - committed_before:,} records as they went down and "
-            f"{held_to - held_from:,} in the {DOWN_S:g} s after")
+            f"{held_to - held_from:,} in the {DOWN_S:g} s after ({readings} readings of the "
+            f"group's offsets in that time); node {first} serving "
+            f"{back_at - started:.0f} s after its start, the first commit {_s(resumed)} after "
+            f"its start, with node {second} still down")
+
+
+async def _commits_past(rig: Rig, committed: int, *, since: float,
+                        timeout_s: float) -> float | None:
+    """Seconds from `since` (monotonic) to the first sample of the group's committed total
+    past `committed`; None if none comes within `timeout_s` from now."""
+    deadline = time.monotonic() + timeout_s
+    while not (past := [t for t, c, _ in rig.watch.samples if t > since and c > committed]):
+        if time.monotonic() > deadline:
+            return None
+        rig.check_pods_alive()
+        await asyncio.sleep(0.2)
+    return past[0] - since
 
 
 @dataclass(frozen=True)
@@ -298,6 +328,9 @@ CLUSTER_SCENARIOS = {
     "min-isr": ClusterScenario("two nodes down at once (min.insync.replicas=2 not met), "
                                "then back one by one", min_isr_unmet, feed=False,
                                backlog=3 * BACKLOG),
+    "min-isr-w1000": ClusterScenario("two nodes down at once (min.insync.replicas=2 not met) "
+                                     "at window 1,000, then back one by one", min_isr_unmet,
+                                     feed=False, backlog=5 * BACKLOG, window=1000),
     # make test's: no node restarted (a JVM start is the slow part), a small backlog.
     "short-frozen": ClusterScenario(
         f"a node frozen (SIGSTOP) {SHORT_FROZEN_S:g} s under a short load, then thawed",

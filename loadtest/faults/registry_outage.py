@@ -20,12 +20,13 @@ from dispatcher.errors import RegistryError
 from loadtest.faults.rig import Rig
 from loadtest.harness.accounting import Account, Allowed
 from loadtest.harness.observe import read_wait_topic
-from loadtest.harness.processes import HarnessError, spawn, stop
+from loadtest.harness.processes import HarnessError, stop
 from loadtest.harness.topics import create_topic
 from loadtest.mock.generator import produce
 
 WINDOW = 20  # records in flight: 200 TPS against the 100 ms counterparty
 DRAIN_WINDOW = 500  # the pod that finishes the backlog after the kill
+STOP_TIMEOUT_S = 60.0  # the reconciliation job ends its Spark session on SIGTERM
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,10 @@ class ReconcileProcess:
 
     def __init__(self, rig: Rig, dsn: str) -> None:
         self.log = rig.work_dir / f"{rig.tag}-reconcile.log"
-        self._process = spawn(["reconcile", "--group", rig.group, "--trigger", "1s",
-                               "--dsn", dsn, "--bootstrap-servers", rig.bootstrap,
-                               "--checkpoint", str(rig.work_dir / "checkpoint")], self.log)
+        self._process = rig.spawn(["reconcile", "--group", rig.group, "--trigger", "1s",
+                                   "--dsn", dsn, "--bootstrap-servers", rig.bootstrap,
+                                   "--checkpoint", str(rig.work_dir / "checkpoint")], self.log,
+                                  stop_timeout_s=STOP_TIMEOUT_S)
 
     def check_alive(self) -> None:
         if self._process.poll() is not None:
@@ -67,7 +69,7 @@ class ReconcileProcess:
                                f" unasked; see {self.log}")
 
     def stop(self) -> int:
-        stop(self._process, timeout_s=60)
+        stop(self._process, timeout_s=STOP_TIMEOUT_S)
         return self._process.returncode
 
 

@@ -36,6 +36,7 @@ from loadtest.harness.observe import (
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
 
 SAMPLE_EVERY_S = 0.5
+_UNANSWERED = (KafkaError, OSError, asyncio.TimeoutError)  # a question Kafka did not answer
 NOTE_RETRY_S = 60.0  # noting a fault asked again after a retriable Kafka error
 
 
@@ -52,18 +53,22 @@ class CommitWatch:
         options = client_options(self.bootstrap, "waitline-chaos")
         admin = AIOKafkaAdminClient(**options)
         consumer = AIOKafkaConsumer(**options, enable_auto_commit=False)
-        await admin.start()
-        await consumer.start()
         try:
+            await admin.start()
+            await consumer.start()
+            end = 0  # as last read: it only grows, so an old one understates what is uncommitted
             while True:
-                with contextlib.suppress(KafkaError, OSError, asyncio.TimeoutError):
+                with contextlib.suppress(*_UNANSWERED):
                     async with asyncio.timeout(5):
                         offsets = await admin.list_consumer_group_offsets(self.group)
-                        ours = {tp: meta for tp, meta in offsets.items() if tp.topic == self.topic}
-                        ends = await consumer.end_offsets(list(ours)) if ours else {}
-                        self.samples.append((time.monotonic(),
-                                             sum(max(m.offset, 0) for m in ours.values()),
-                                             sum(ends.values())))
+                    ours = [tp for tp in offsets if tp.topic == self.topic]
+                    committed, at = sum(max(offsets[tp].offset, 0) for tp in ours), time.monotonic()
+                    # Read apart: a partition whose leader is down (or cannot be replaced, with
+                    # two of three nodes down) has no end to read while the coordinator answers.
+                    with contextlib.suppress(*_UNANSWERED):
+                        async with asyncio.timeout(5):
+                            end = sum((await consumer.end_offsets(ours)).values()) if ours else 0
+                    self.samples.append((at, committed, end))
                 await asyncio.sleep(SAMPLE_EVERY_S)
         finally:
             await consumer.stop()
@@ -106,32 +111,67 @@ class Rig:
         self.kills: list[AtTheKill] = []
         self.pods: dict[str, subprocess.Popen[bytes]] = {}
         self.exits: dict[str, int] = {}  # pod name -> exit code, for pods stopped or dead
+        self.problems: list[str] = []  # what a fault saw the pod do wrong, besides the account
         self._mock: subprocess.Popen[bytes] | None = None
         self._mock_starts = 0
         self._calls: Counter[str] = Counter()  # of mock processes already stopped
         self._session = aiohttp.ClientSession()
-        self._watch_task: asyncio.Task[None] | None = None
+        # What this rig starts, ended on every way out (an exception, a cancellation such as
+        # pytest-timeout's, a failed start), each step even when one before it fails: first
+        # the processes, in reverse order and before anything is awaited (so a coroutine
+        # closed without running on still stops them), then the tasks and the HTTP session.
+        self._processes = contextlib.ExitStack()
+        self._tasks = contextlib.AsyncExitStack()
+        self._tasks.push_async_callback(self._session.close)
 
     async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.work_dir.mkdir, parents=True, exist_ok=True)
-        await self.start_mock()
+        try:
+            await asyncio.to_thread(self.work_dir.mkdir, parents=True, exist_ok=True)
+            await self.start_mock()
+        except BaseException as exc:
+            await self._end(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        for pod in self.pods.values():
-            pod.kill()
-            pod.wait()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-        if self._mock is not None:
-            stop(self._mock)
-        await self._session.close()
+        await self._end(exc_type, exc, tb)
+
+    async def _end(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                   tb: TracebackType | None) -> None:
+        try:
+            self._processes.__exit__(exc_type, exc, tb)
+        finally:
+            await self._tasks.__aexit__(exc_type, exc, tb)
+
+    def spawn(self, args: list[str], log: Path, stop_timeout_s: float = 20.0,
+              ) -> subprocess.Popen[bytes]:
+        """`waitline <args>` as a process of this rig: stopped (SIGTERM, then SIGKILL after
+        `stop_timeout_s`) when the rig ends, if it still runs."""
+        process = spawn(args, log)
+        self._processes.callback(stop, process, stop_timeout_s)
+        return process
 
     def watch_commits(self) -> None:
-        self._watch_task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
+        """Sample the group's commits until the rig ends. A watch that failed (Kafka not
+        answering as it started) fails a scenario that otherwise ended well, since its figures
+        would be missing; under a scenario's own error it is only said."""
+        task = asyncio.create_task(self.watch.run(), name=f"{self.tag}-watch")
+
+        async def end(exc_type: type[BaseException] | None, exc: BaseException | None,
+                      tb: TracebackType | None) -> None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception as failed:
+                if exc is None:
+                    raise HarnessError(f"{self.tag}: the commit watch failed: {failed!r}") \
+                        from failed
+                self.say(f"  (the commit watch had failed too: {failed!r})")
+
+        self._tasks.push_async_exit(end)
 
     def _calls_file(self) -> Path:
         """Where the current counterparty process writes its final calls per key."""
@@ -140,9 +180,9 @@ class Rig:
     async def start_mock(self) -> None:
         self._mock_starts += 1
         log = self.work_dir / f"{self.tag}-mock{self._mock_starts}.log"
-        self._mock = spawn(["loadtest", "counterparty", "--model", self.model, "--port",
-                            str(self.mock_port), "--record-keys", "--calls-file",
-                            str(self._calls_file())], log)
+        self._mock = self.spawn(["loadtest", "counterparty", "--model", self.model, "--port",
+                                 str(self.mock_port), "--record-keys", "--calls-file",
+                                 str(self._calls_file())], log)
         await wait_http(self._session, f"{self.mock_url}stats", self._mock, log)
 
     async def stop_mock(self) -> None:
@@ -174,7 +214,8 @@ class Rig:
         argv = ["dispatch", "--input-topic", self.topic, "--group", self.group,
                 "--counterparty-url", self.mock_url, "--bootstrap-servers", self.bootstrap,
                 "--commit-interval", "500ms", *flags]
-        self.pods[name] = spawn(argv, self.work_dir / f"{self.tag}-{name}.log")
+        pod = self.pods[name] = spawn(argv, self.work_dir / f"{self.tag}-{name}.log")
+        self._processes.callback(_killed, pod)
 
     def check_pods_alive(self) -> None:
         for name, pod in self.pods.items():
@@ -198,8 +239,8 @@ class Rig:
         commit to the bound on repeated calls."""
         # The offsets first: a live pod may commit past records it prepares after the wait
         # topic was read, never past one it has not prepared. Asked again, both, after a
-        # retriable error: a node just back from a fault may refuse or reset a new connection
-        # for a moment after it is seen serving (two nodes down on the secured cluster).
+        # retriable error: just after a fault a leader or the group's coordinator may still be
+        # moving (the cluster moves leaders back to nodes that return).
         deadline = time.monotonic() + NOTE_RETRY_S
         while True:
             try:
@@ -262,3 +303,10 @@ class Rig:
             dlq=await read_dlq_exceptions(self.bootstrap, f"{self.group}.dlq", self.group),
             open_at_end=(await read_wait_topic(self.bootstrap, f"{self.group}.wait")).open)
         return len(inputs), account(observed, allowed)
+
+
+def _killed(process: subprocess.Popen[bytes]) -> None:
+    """kill -9 unless it has exited, and reap it."""
+    if process.poll() is None:
+        process.kill()
+    process.wait()

@@ -6,11 +6,14 @@ thawed. Each test leaves all three nodes serving and every partition fully in sy
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata
 from dispatch_helpers import create_topic
 
@@ -140,3 +143,40 @@ async def test_a_frozen_node_is_fenced_and_serves_again_when_thawed(
 
 async def _fenced(cluster: SecureCluster, node: int) -> bool:
     return node not in await cluster.brokers()
+
+
+@pytest.mark.timeout(600)
+async def test_nodes_back_from_a_lost_quorum_are_serving_only_once_they_answer(
+    secure_cluster: SecureCluster, view: ClusterView,
+) -> None:
+    """Two nodes killed at once (the quorum lost): no controller can fence them, so the
+    survivor's metadata goes on listing them as brokers. Each started again is `serving` only
+    once it answers a client on its own listener (which it opens once it is unfenced), not
+    as soon as its process runs: the fault scenarios time recovery from that moment and ask
+    the cluster at once (the two-nodes-down scenario's harness failed on a node still
+    refusing connections)."""
+    controller = await view.active_controller()
+    victims = [node for node in NODE_IDS if node != controller]
+    for node in victims:
+        secure_cluster.nodes[node].kill()
+    await asyncio.sleep(2)
+    for node in victims:
+        secure_cluster.nodes[node].start()
+        await secure_cluster.serving((node,))
+        assert await _answers_alone(secure_cluster, node), f"node {node} refuses its clients"
+
+
+async def _answers_alone(cluster: SecureCluster, node: int) -> bool:
+    """A client bootstrapped from `node`'s own SASL_SSL listener alone gets its metadata."""
+    options = cluster.connection().kafka_config().client_options()
+    options["bootstrap_servers"] = f"127.0.0.1:{cluster.nodes[node].ports.client}"
+    admin = AIOKafkaAdminClient(**options)
+    try:
+        await admin.start()
+        described = await admin.describe_cluster()
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+    return node in {int(broker["node_id"]) for broker in described["brokers"]}

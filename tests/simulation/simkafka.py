@@ -534,12 +534,19 @@ class SimWriter:
         if self.notes_sends:
             self.note_sent(topic, record)
 
-    async def write(self, topic: str, record: OutgoingRecord,
-                    partition: int | None = None) -> int:
+    def _refuse_too_large(self, topic: str, record: OutgoingRecord) -> None:
         size = len(record.key or b"") + len(record.value or b"") + sum(
             len(n) + len(v or b"") for n, v in record.headers)
         if size > self._cluster.limits[topic]:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s limit")
+
+    async def write(self, topic: str, record: OutgoingRecord,
+                    partition: int | None = None) -> int:
+        if not self._alive():  # asked after the kill -9 (the engine's cancelled stop): a dead
+            # process sends nothing, so this write can never land (`lands_after_kill` is for
+            # a write sent before the kill)
+            await _forever()
+        self._refuse_too_large(topic, record)
         rng = self._cluster.rng
         faults = self._faults
         count = len(self._cluster.logs[topic])

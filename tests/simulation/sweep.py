@@ -24,9 +24,9 @@ from world import RunLog, simulate
 
 
 def replay_command(seed: int, *, faults: bool | None = None) -> str:
-    """The command that replays `seed` (with `--faults` when it was drawn with them)."""
+    """The command that replays `seed` (with `--classic` when it was drawn without faults)."""
     faults = world.ALL_FAULTS if faults is None else faults
-    return (f".venv/bin/python tests/simulation/sweep.py{' --faults' if faults else ''} "
+    return (f".venv/bin/python tests/simulation/sweep.py{'' if faults else ' --classic'} "
             f"--seed {seed} -v")
 
 
@@ -55,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("-v", "--verbose", action="store_true", help="the engine's log too")
-    parser.add_argument("--faults", action="store_true",
-                        help="every fault kind (client errors, unreadable records, ...)")
+    draws = parser.add_mutually_exclusive_group()
+    draws.add_argument("--faults", action="store_true",
+                       help="every fault kind (client errors, unreadable records, ...): the "
+                            "default draw")
+    draws.add_argument("--classic", action="store_true",
+                       help="the classic draw (no client faults; make test's until 2026-11-27)")
     parser.add_argument("--digest", action="store_true",
                         help="print each seed's digest (records, commits, calls, log lines)")
     parser.add_argument("--keep-going", action="store_true",
@@ -68,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().handlers[0].setLevel(logging.CRITICAL + 1)
     if args.digest:
         logging.getLogger("dispatcher").setLevel(logging.DEBUG)  # every line goes in
-    if args.faults:
-        world.ALL_FAULTS = True
+    if args.faults or args.classic:
+        world.ALL_FAULTS = args.faults
     started = time.perf_counter()
     pods = records = 0
     failed: list[int] = []

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
-from dispatcher.flow.ordering import OrderingGate, OrderingMode, parse_ordering
+from dispatcher.flow.ordering import OrderingGate, OrderingMode, Turns, parse_ordering
 
 pytestmark = pytest.mark.unit
 
@@ -160,3 +160,35 @@ def test_parse_ordering_accepts_the_modes(text: str) -> None:
 def test_parse_ordering_rejects_others_listing_the_modes() -> None:
     with pytest.raises(ConfigError, match="unordered, key, partition"):
         parse_ordering("by-key")
+
+
+def test_a_record_ended_before_its_turn_leaves_its_lane() -> None:
+    """A record cancelled while it waits for its turn (the drain's grace ending, its task's
+    clean-up running before the call ahead of it ends) is released by that clean-up: it leaves
+    its lane without a turn, and nothing behind it waits for it. It used to raise "still
+    waiting; it cannot be released", and the pod stopped as if a record had failed."""
+    turns = Turns(OrderingMode.PARTITION)
+    ahead, waiting, behind = ("t", 0, 1, 0), ("t", 0, 2, 0), ("t", 0, 3, 0)
+    assert turns.admit(ahead, b"k") is None
+    waiting_turn, behind_turn = turns.admit(waiting, b"k"), turns.admit(behind, b"k")
+    assert waiting_turn is not None and behind_turn is not None
+    turns.release(waiting)  # cancelled before its turn
+    assert turns.waiting == 1
+    turns.release(ahead)
+    assert behind_turn.is_set() and not waiting_turn.is_set()
+    turns.release(behind)
+    assert turns.waiting == 0
+    assert turns.admit(("t", 0, 4, 0), b"k") is None  # the lane is empty again
+
+
+def test_only_a_waiting_record_can_be_withdrawn() -> None:
+    gate: OrderingGate[int] = OrderingGate(OrderingMode.KEY)
+    gate.admit(1, 0, b"k")
+    gate.admit(2, 0, b"k")
+    gate.admit(3, 0, b"k")
+    for not_waiting in (1, 4):  # the lane's call in flight; a record never admitted
+        with pytest.raises(ValueError, match="not waiting"):
+            gate.withdraw(not_waiting)
+    gate.withdraw(2)
+    assert gate.waiting == 1
+    assert gate.release(1) == [3]
