@@ -12,8 +12,8 @@ puts the copy first, stopped at the first seed that breaks an invariant which th
 engine keeps on that seed (a seed the engine itself fails tells nothing of the mutant: the
 sweep goes on past it, and the report names it). A mutant still alive after `--seeds` seeds
 fails the run, unless it is recorded as `equivalent` with the reason. The sweep draws as
-`sweep.py` does: `WAITLINE_SIM_FAULTS=1` in the environment gives every mutant the faults'
-draw.
+`sweep.py` does: the faults' draw, or the classic one with `WAITLINE_SIM_DRAW=classic` in
+the environment.
 """
 
 from __future__ import annotations

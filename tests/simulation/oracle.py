@@ -881,8 +881,10 @@ def window_holds_its_bounds(log: RunLog) -> list[str]:
             if index < 0:
                 continue
             since = fetched_at[index] - FETCH_LEAD_S
-            window = max([pod.window_at(since),
-                          *(size for when, size in pod.windows if since <= when <= at)])
+            # the window the pod told of, but never above --max-concurrency (`pod.window`):
+            # the adaptive window stays within it, whatever size the engine says it took
+            window = min(pod.window, max([pod.window_at(since), *(
+                size for when, size in pod.windows if since <= when <= at)]))
             if count > window + prepared_ahead(window):
                 out.append(f"{pod.name} held {count} records called or prepared ahead at "
                            f"{at:.3f}s: window {window}, prepared ahead at most "
