@@ -395,7 +395,8 @@ def revisions_command(
     """Measure CPU per record of the pod at two revisions, side by side: the A/B of a change.
 
     Both pods run --counterparty-url against a mock counterparty of their own at the same time;
-    each imports its own revision's code (checked before measuring)."""
+    each imports its own revision's code (checked before measuring). Each round's figures go to
+    stderr as they are taken, with the load average."""
     from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
     from loadtest.bench.revisions import revision_variants  # noqa: PLC0415
 
@@ -405,7 +406,7 @@ def revisions_command(
         variants = revision_variants(base, head, work_dir)
         samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
                                               work_dir, sizes, records, rounds,
-                                              variants=variants))
+                                              variants=variants, on_sample=_echo_sample))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))

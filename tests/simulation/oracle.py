@@ -282,6 +282,9 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
                 and call.outcome not in ("cancelled", "cut off")
                 and (call.pod, wait_id) not in cut_off):
             writer = writers.get(wait_id)
+            if writer not in (None, call.pod) and _killed_before_withdrawing(log, writer,
+                                                                            wait_id):
+                continue
             if writer not in (None, call.pod):
                 out.append(f"wait {wait_id} ({call.topic}/{call.partition}@{call.offset}): "
                            f"{writer}'s wait record landed after {call.pod} closed it (a "
@@ -292,6 +295,24 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
                            f"{call.pod}'s call ended ({call.outcome}) but the pod never closed "
                            "it; the sweep expired it")
     return out
+
+
+def _killed_before_withdrawing(log: RunLog, writer: str, wait_id: str) -> bool:
+    """DESIGN.md ("Rebalances", what is left): a pod killed between its late prepare's
+    landing and the withdrawal it writes once its writes are acknowledged leaves that row to
+    expire (a duplicate DLQ record, never a loss); `sweep.py --seed 1429`: the prepare landed
+    after its writer's kill -9, sent before it. The withdrawal waits for the pod's slowest
+    write in flight, so the kill may come that long after the landing."""
+    pod = next((p for p in log.pods if p.name == writer), None)
+    if pod is None or pod.killed_at is None:
+        return False
+    landed = [r.written_at for r in log.cluster.records(log.topics.wait_topic)
+              if r.written_by == writer and r.value is not None
+              and (r.key or b"").decode() == wait_id]
+    faults = log.scenario.write_faults
+    slowest = (faults.latency_s[1] + faults.slow_s + faults.late_ack_s
+               + max((seconds for _at, seconds, _p in faults.leader_moves), default=0.0))
+    return bool(landed) and pod.killed_at <= max(landed) + slowest
 
 
 def never_called_after_swept(log: RunLog) -> list[str]:
@@ -439,7 +460,7 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
         counts: dict[tuple[str, int], int] = defaultdict(int)
         last: Call | None = None
         for call in sorted(made, key=lambda c: c.started):
-            owner = (call.pod, call.generation)
+            owner = (call.pod, fetched_in(log, call) if _batch(log) else call.generation)
             counts[owner] += 1
             if not owners or owners[-1] != owner:
                 if owners:
@@ -477,6 +498,22 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
             out.append(f"{len(wids)} records {name} called in generation {generation} were "
                        f"called again after it ended ({ending.unclean}); bound {bound}")
     return out
+
+
+def fetched_in(log: RunLog, call: Call) -> int:
+    """The batch baseline's ownership of a call: the generation whose assignment its batch was
+    fetched in. A batch fetched before a rebalance and called after it is not committed for
+    its revoked partition (`batch.py`): the ownership it was fetched in, which a rebalance does
+    not wait for, is the one it repeats (`sweep.py --seed 1260`: called just after the new
+    assignment, it was charged to that clean ownership)."""
+    fetched = max((f.at for f in log.cluster.fetches
+                   if f.member == call.pod and f.at <= call.started + EPSILON_S
+                   and any((r.partition, r.offset) == (call.partition, call.offset)
+                           for r in f.records)), default=None)
+    if fetched is None:
+        return call.generation
+    return max((a.generation for a in log.cluster.assignments
+                if a.member == call.pod and a.at <= fetched + EPSILON_S), default=call.generation)
 
 
 def _oldest_left_fetched(log: RunLog, member: str, until: float) -> float:
@@ -623,13 +660,23 @@ def revokes_leave_half_the_timeout(log: RunLog) -> list[str]:
     """A revoke returns within half the rebalance timeout (and its commit), so the member
     rejoins in time and is never kicked from its group."""
     limit = log.settings.rebalance_timeout_s / 2 + 0.5
-    took = [(r.member, (log.end_s if r.ended is None else r.ended) - r.started)
-            for r in log.cluster.revokes]
-    out = [f"{member}'s revoke took {seconds:.2f}s (at most {limit:.2f}s)"
-           for member, seconds in took if seconds > limit]
+    out = []
+    for revoke in log.cluster.revokes:
+        ended = log.end_s if revoke.ended is None else revoke.ended
+        # a stalled loop holds the revoke too, as it would hold the member's heartbeat
+        allowed = limit + _stalled_within(log, revoke.started, ended)
+        if ended - revoke.started > allowed:
+            out.append(f"{revoke.member}'s revoke took {ended - revoke.started:.2f}s "
+                       f"(at most {allowed:.2f}s)")
     out += [f"{member} was kicked from its group during a revoke" for member in
             log.cluster.kicked]
     return out
+
+
+def _stalled_within(log: RunLog, since: float, until: float) -> float:
+    """The seconds the event loop was held (the scenario's stalls) between `since` and
+    `until`: time no engine could use."""
+    return sum(seconds for at, seconds in log.stalled if since <= at <= until)
 
 
 @dataclass
@@ -998,7 +1045,10 @@ def drain_starts_no_new_call(log: RunLog) -> list[str]:
                         if a.member == pod.name and a.at <= asked), default=0.0)
         mine = [c for c in log.calls if c.pod == pod.name and c.started >= assigned]
         for call in mine:
-            if call.started < asked:
+            # A call started in the very instant the stop was asked was on its way: the engine
+            # learns of the stop in a callback of its own, after those already due (a stalled
+            # loop makes such instants meet: `sweep.py --seed 1558`).
+            if call.started <= asked + EPSILON_S:
                 continue
             if call.started > asked + grace + EPSILON_S:
                 out.append(f"{pod.name} started a call of @{call.offset} at "

@@ -76,6 +76,10 @@ class Scenario:
     client_faults: ClientFaults = field(default_factory=ClientFaults)
     unreadable_rate: float = 0.0  # input records the Kafka client cannot parse
     clock_skew_s: float = 0.0  # each pod's clock is off the sweep's by up to this, either way
+    # Spells of a stalling event loop (a CPU-bound callback, a long GC pause): (start, length,
+    # every, stall): within the spell, every `every` seconds the loop is held for `stall`
+    # seconds, so every timer of every pod fires that much late.
+    stalls: tuple[float, float, float, float] | None = None
     # The counterparty is reached by the built-in HTTP handler (`--counterparty-url`'s preset)
     # over an in-memory transport (`simhttp.py`), not by a handler function.
     http: bool = False
@@ -96,7 +100,9 @@ class Scenario:
                 f"{self.outage}; commit failures {self.commit_failure_rate:.0%}; "
                 f"{self.write_faults}; {self.client_faults}; unreadable "
                 f"{self.unreadable_rate:.0%}; clock step {self.clock_jump_s:g}s, skew "
-                f"{self.clock_skew_s:g}s" + ("; the built-in HTTP handler" if self.http else ""))
+                f"{self.clock_skew_s:g}s" + ("; the built-in HTTP handler" if self.http else "")
+                + ("" if self.stalls is None else "; loop stalls (start, length, every, stall) "
+                   + ", ".join(f"{x:.2f}" for x in self.stalls)))
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,29 @@ def _draw_with_faults(seed: int) -> Scenario:
         scenario.events.insert(0, (0.0, "join"))
     _draw_pod_kind(rng, scenario)
     _draw_revokes_during_probes(rng, scenario, deadline)
+    _draw_stalls(seed, run_s, scenario)
     return scenario
+
+
+def _draw_stalls(seed: int, run_s: float, scenario: Scenario) -> None:
+    """A stalling event loop in a quarter of the seeds, with the loop guard on in most of
+    them; now and then a window and an input large enough for the guard's cap to bind (it
+    never caps a window of 100 or fewer). Drawn apart from the rest, so that adding them left
+    every other choice of every seed as it was."""
+    rng = random.Random(f"stalls/{seed}")
+    if rng.random() >= 0.25:
+        return
+    start = rng.uniform(0.0, run_s)
+    scenario.stalls = (start, rng.uniform(0.5, run_s), rng.choice([0.05, 0.2, 0.5]),
+                       rng.choice([0.01, 0.05, 0.2]))
+    if rng.random() < 0.75:
+        scenario.flags["loop_lag_target"] = rng.choice([0.005, 0.025])
+    if (rng.random() < 0.15 and scenario.flags.get("mode") != "batch"
+            and "workers" not in scenario.flags):
+        scenario.flags.update(concurrency=rng.choice([150, 300]))
+        scenario.flags.pop("min_concurrency", None)
+        scenario.flags.pop("max_concurrency", None)
+        scenario.records = rng.choice([200, 400])
 
 
 def _draw_revokes_during_probes(rng: random.Random, scenario: Scenario, deadline: float) -> None:
@@ -377,6 +405,7 @@ class RunLog:
     calls: list[Call] = field(default_factory=list)
     pods: list[PodRun] = field(default_factory=list)
     swept: dict[str, float] = field(default_factory=dict)  # wait id → when the sweep sent it
+    stalled: list[tuple[float, float]] = field(default_factory=list)  # (when, seconds) held
     warnings: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # every log line the engine's loggers let out
     finished: bool = False
@@ -727,6 +756,21 @@ class World:
             if gap:
                 await asyncio.sleep(gap)
 
+    async def stall_loop(self) -> None:
+        """The scenario's spell of a stalling loop: each stall moves the virtual clock on from
+        inside a callback, as a callback holding the loop that long would (nothing else runs
+        meanwhile; every timer due in it fires late)."""
+        if self.scenario.stalls is None:
+            return
+        start, length, every, stall = self.scenario.stalls
+        await asyncio.sleep(start)
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, looptime.LoopTimeEventLoop)
+        while self.now < start + length:
+            self.log.stalled.append((self.now, stall))
+            loop.setup_looptime(start=loop.time() + stall, noop_cycles=0)
+            await asyncio.sleep(every)
+
     async def sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.scenario.sweep_every_s)
@@ -801,6 +845,7 @@ class World:
         self._counterparty = web.Server(self._serve, handler_cancellation=True)
         producer = asyncio.create_task(self.produce(), name="producer")
         sweeper = asyncio.create_task(self.sweep_loop(), name="sweeper")
+        staller = asyncio.create_task(self.stall_loop(), name="staller")
         bound = asyncio.timeout(self._run_limit_s())
         try:
             async with bound:
@@ -824,6 +869,7 @@ class World:
         finally:
             producer.cancel()
             sweeper.cancel()
+            staller.cancel()
             for pod in self.log.pods:
                 if pod.task is not None and not pod.task.done():
                     pod.alive = False
