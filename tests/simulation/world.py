@@ -273,6 +273,7 @@ def _draw_with_faults(seed: int) -> Scenario:
         scenario.events.insert(0, (0.0, "join"))
     _draw_pod_kind(rng, scenario)
     _draw_revokes_during_probes(rng, scenario, deadline)
+    _draw_adaptive_growth(rng, scenario)
     _draw_stalls(seed, run_s, scenario)
     return scenario
 
@@ -296,6 +297,14 @@ def _draw_stalls(seed: int, run_s: float, scenario: Scenario) -> None:
         scenario.flags.pop("min_concurrency", None)
         scenario.flags.pop("max_concurrency", None)
         scenario.records = rng.choice([200, 400])
+
+
+def _draw_adaptive_growth(rng: random.Random, scenario: Scenario) -> None:
+    """Under --concurrency auto, an input long enough in some seeds for the window to grow
+    round by round (a round is 20 attempts with the window full: from 1 to a --max-concurrency
+    of 4 takes 80) and then stay at its maximum. Drawn last, like the above."""
+    if scenario.flags["concurrency"] == "auto" and rng.random() < 0.25:
+        scenario.records = rng.randint(120, 240)
 
 
 def _draw_revokes_during_probes(rng: random.Random, scenario: Scenario, deadline: float) -> None:
