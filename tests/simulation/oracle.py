@@ -68,7 +68,8 @@ def check(log: RunLog) -> list[str]:
         engine_ends, finished, commits_never_go_back, commit_only_what_is_prepared,
         committed_means_called, every_record_ends, prepares_get_tombstones,
         never_called_after_swept, outcomes_are_written, expiries_are_bounded,
-        uncalled_waits_are_closed, repeats_are_bounded, key_order, window_bound,
+        uncalled_waits_are_closed, revoked_records_are_not_prepared, repeats_are_bounded,
+        key_order, window_bound,
         window_holds_its_bounds, rate_bound, drain_starts_no_new_call,
         revokes_leave_half_the_timeout,
     ]
@@ -849,6 +850,58 @@ def uncalled_waits_are_closed(log: RunLog) -> list[str]:
     return out
 
 
+def revoked_records_are_not_prepared(log: RunLog) -> list[str]:
+    """Once a pod's revoke began, it writes a wait record of that ownership only for a record
+    it then calls there: a hole below its partition's highest called record (DESIGN.md,
+    "Rebalances"). A record above it is abandoned before its prepare, and a circuit probe goes
+    back to the call line (its wait record written again) only while its partition is still
+    ours. Judged by the order the writes were sent in, against the moment the revoke began
+    (one virtual instant holds both). And the revoke waits for the prepares in flight of the
+    records it abandons: no first wait record of that ownership lands after the revoke
+    returned (a refresh of one already durable may: its withdrawal follows it). A revoke that
+    ran out its wait, or an ownership cut short (killed, kicked, fenced, stopped fatally or
+    asked to stop), may leave a hole it prepared uncalled, or a prepare landing late."""
+    if _batch(log):
+        return []
+    calls = _calls(log)
+    pods = {p.name: p for p in log.pods}
+    first_landed: dict[tuple[str, str, str], SimRecord] = {}  # (pod, generation, wait id)
+    for record in log.cluster.records(log.topics.wait_topic):
+        if record.value is not None and record.key is not None:
+            first_landed.setdefault((record.written_by, _header(record, WRITER_GENERATION) or "",
+                                     record.key.decode()), record)
+    out = []
+    for revoke in log.cluster.revokes:
+        pod = pods.get(revoke.member)
+        if revoke.began < 0 or pod is None:
+            continue
+        generation = str(revoke.generation)
+        ended = log.end_s if revoke.ended is None else revoke.ended
+        if (ownership_end(log, pod, revoke.generation).unclean is not None
+                or (pod.stop_asked_at is not None and pod.stop_asked_at <= ended)):
+            continue
+        late = [s for s in log.cluster.sent
+                if s.pod == pod.name and s.step > revoke.began and s.value is not None
+                and s.topic == log.topics.wait_topic and s.key is not None
+                and dict(s.headers).get(WRITER_GENERATION) == generation.encode()]
+        for sent in late:
+            wid = sent.key.decode() if sent.key is not None else ""
+            if not any(c.pod == pod.name and c.generation == revoke.generation
+                       and c.started >= sent.at for c in calls.get(wid, [])):
+                out.append(f"wait {wid}: {pod.name} wrote its wait record at {sent.at:.3f}s, "
+                           f"after its revoke (generation {generation}) began at "
+                           f"{revoke.started:.3f}s, and never called it")
+                break
+        for (writer, written_in, wid), record in first_landed.items():
+            if (writer == pod.name and written_in == generation
+                    and record.written_at > ended + EPSILON_S):
+                out.append(f"wait {wid}: {pod.name}'s wait record of generation {generation} "
+                           f"landed at {record.written_at:.3f}s, after its revoke returned at "
+                           f"{ended:.3f}s (a prepare in flight it did not wait for)")
+                break
+    return out
+
+
 def window_holds_its_bounds(log: RunLog) -> list[str]:
     """What a pod holds stays within DESIGN's bounds for the window it was admitted under
     (under --concurrency auto, the size at that moment): the records called and not yet
@@ -875,8 +928,10 @@ def window_holds_its_bounds(log: RunLog) -> list[str]:
             if index < 0:
                 continue
             since = fetched_at[index] - FETCH_LEAD_S
-            window = max([pod.window_at(since),
-                          *(size for when, size in pod.windows if since <= when <= at)])
+            # the window the pod told of, but never above --max-concurrency (`pod.window`):
+            # the adaptive window stays within it, whatever size the engine says it took
+            window = min(pod.window, max([pod.window_at(since), *(
+                size for when, size in pod.windows if since <= when <= at)]))
             if count > window + prepared_ahead(window):
                 out.append(f"{pod.name} held {count} records called or prepared ahead at "
                            f"{at:.3f}s: window {window}, prepared ahead at most "

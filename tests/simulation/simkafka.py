@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import zlib
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -67,6 +68,10 @@ class RevokeEntry:
     started: float
     ended: float | None  # None while the revoke runs
     generation: int  # the group generation it ends
+    # Where the engine's revoke callback began in the run's order of events (`SimCluster.step`):
+    # -1 until it does (a dead member's callback never does). A write sent at the same
+    # virtual instant is before or after it by this order, not by the clock.
+    began: int = -1
 
 
 @dataclass
@@ -76,6 +81,20 @@ class CommitAttempt:
     at: float
     member: str
     ok: bool
+
+
+@dataclass(frozen=True)
+class Sent:
+    """An acknowledged write as its pod sent it (before it landed, whether it did or not):
+    when, and where in the run's order of events (`SimCluster.step`)."""
+
+    step: int
+    at: float
+    pod: str
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
 
 
 @dataclass(frozen=True)
@@ -133,6 +152,8 @@ class SimCluster:
         self.kicked: dict[str, float] = {}  # member → when the group kicked it
         self.fenced: dict[str, float] = {}  # member → when its session was lost (a fault)
         self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
+        self.sent: list[Sent] = []  # every acknowledged write as its pod sent it
+        self._steps = itertools.count()
         self.data_arrived = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self.commit_failure_rate = 0.0
@@ -142,6 +163,11 @@ class SimCluster:
     @property
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def step(self) -> int:
+        """The next number in the run's order of events (the loop runs one task at a time, so
+        it orders what happens at one virtual instant)."""
+        return next(self._steps)
 
     def create_topic(self, name: str, partitions: int, max_bytes: int = 1_048_588) -> None:
         self.logs[name] = [[] for _ in range(partitions)]
@@ -208,7 +234,7 @@ class SimCluster:
         entry = RevokeEntry(member_id, self.now, None, self.generation)
         self.revokes.append(entry)
         member.revoking = set(member.assignment)
-        await member.consumer.tell_revoked(sorted(member.assignment))
+        await member.consumer.tell_revoked(sorted(member.assignment), entry)
         member.assignment = set()
         member.revoking = set()
         entry.ended = self.now
@@ -269,6 +295,12 @@ class SimConsumer:
         for callback in self._callbacks:
             callback.cancel()
 
+    async def _begun(self, entry: RevokeEntry, callback: Coroutine[object, object, None]) -> None:
+        """The revoke callback, its start marked in the run's order of events: its first step
+        (up to its first wait) runs at once after the mark."""
+        entry.began = self._cluster.step()
+        await callback
+
     async def _in_process(self, callback: Coroutine[object, object, None]) -> None:
         """Run a rebalance callback as the client's process would: cut off by `die`, when
         the group's wait for it ends there."""
@@ -286,10 +318,10 @@ class SimConsumer:
 
     # what the group tells it
 
-    async def tell_revoked(self, revoked: list[TopicPartition]) -> None:
+    async def tell_revoked(self, revoked: list[TopicPartition], entry: RevokeEntry) -> None:
         self._rebalancing = True
         if self._handler is not None and not self.dead:
-            await self._in_process(self._handler.on_revoked(revoked))
+            await self._in_process(self._begun(entry, self._handler.on_revoked(revoked)))
         self._assignment = set()
         self._paused = set()
 
@@ -307,7 +339,7 @@ class SimConsumer:
         it held, then joins the group again (the caller rebalances)."""
         entry = RevokeEntry(self.member_id, self._cluster.now, None, self._generation or 0)
         self._cluster.revokes.append(entry)
-        await self.tell_revoked(sorted(self._assignment))
+        await self.tell_revoked(sorted(self._assignment), entry)
         entry.ended = self._cluster.now
         self._rebalancing = False
         if not self.dead:
@@ -474,6 +506,8 @@ class SimWriter:
         self._faults = faults
         self._alive = alive
         self.injected: list[BaseException] = []  # the fatal errors this writer raised
+        # False: whoever holds the writes back notes each send when the engine asks for it
+        self.notes_sends = True
         self._last_lands_at: dict[tuple[str, int], float] = {}
 
     def _lands_at(self, topic: str, partition: int) -> float:
@@ -490,6 +524,15 @@ class SimWriter:
         lands_at = max(now + delay, self._last_lands_at.get((topic, partition), 0.0) + 1e-6)
         self._last_lands_at[(topic, partition)] = lands_at
         return lands_at
+
+    def note_sent(self, topic: str, record: OutgoingRecord) -> None:
+        """The pod sent `record` (the moment the engine asked for the write)."""
+        self._cluster.sent.append(Sent(self._cluster.step(), self._cluster.now, self._pod, topic,
+                                       record.key, record.value, tuple(record.headers)))
+
+    def _sent(self, topic: str, record: OutgoingRecord) -> None:
+        if self.notes_sends:
+            self.note_sent(topic, record)
 
     def _refuse_too_large(self, topic: str, record: OutgoingRecord) -> None:
         size = len(record.key or b"") + len(record.value or b"") + sum(
@@ -510,6 +553,7 @@ class SimWriter:
         if partition is None:
             partition = (zlib.crc32(record.key) % count if record.key is not None
                          else rng.randrange(count))
+        self._sent(topic, record)
         lands_at = self._lands_at(topic, partition)
         try:
             await asyncio.sleep(lands_at - self._cluster.now)

@@ -272,6 +272,8 @@ def _draw_with_faults(seed: int) -> Scenario:
     if rng.random() < 0.5:  # a second pod from the start: calls from several pods
         scenario.events.insert(0, (0.0, "join"))
     _draw_pod_kind(rng, scenario)
+    _draw_revokes_during_probes(rng, scenario, deadline)
+    _draw_adaptive_growth(rng, scenario)
     _draw_stalls(seed, run_s, scenario)
     return scenario
 
@@ -295,6 +297,29 @@ def _draw_stalls(seed: int, run_s: float, scenario: Scenario) -> None:
         scenario.flags.pop("min_concurrency", None)
         scenario.flags.pop("max_concurrency", None)
         scenario.records = rng.choice([200, 400])
+
+
+def _draw_adaptive_growth(rng: random.Random, scenario: Scenario) -> None:
+    """Under --concurrency auto, an input long enough in some seeds for the window to grow
+    round by round (a round is 20 attempts with the window full: from 1 to a --max-concurrency
+    of 4 takes 80) and then stay at its maximum. Drawn last, like the above."""
+    if scenario.flags["concurrency"] == "auto" and rng.random() < 0.25:
+        scenario.records = rng.randint(120, 240)
+
+
+def _draw_revokes_during_probes(rng: random.Random, scenario: Scenario, deadline: float) -> None:
+    """Rebalances while the circuit's probes run (a probe that times out goes back to the
+    call line only while its partition is still ours): inside an outage, once the circuit may
+    have opened (its calls failing for a deadline) and half-opened (`open`). Drawn last, so
+    the rest of the seed's scenario is as before."""
+    breaker = scenario.flags["circuit_breaker"]
+    if scenario.outage is None or breaker == "off" or rng.random() < 0.3:
+        return
+    open_s = 1.0 if "open=1s" in breaker else 5.0  # the custom preset's, or the default's
+    first_probe = scenario.outage[0] + deadline + open_s
+    for _ in range(rng.randint(1, 2)):
+        scenario.events.append((first_probe + rng.uniform(0.0, deadline), "rebalance"))
+    scenario.events.sort()
 
 
 def _draw_pod_kind(rng: random.Random, scenario: Scenario) -> None:
@@ -596,7 +621,7 @@ class World:
             pod.injected = sim_writer.injected
             writer: AckedWrites = sim_writer
             if self.scenario.before_write is not None:
-                writer = _HeldWriter(self, member, writer, self.scenario.before_write)
+                writer = _HeldWriter(self, member, sim_writer, self.scenario.before_write)
             pod.task = asyncio.create_task(self._run_pod(pod, settings, consumer, writer),
                                            name=f"pod {member}")
             self.log.pods.append(pod)
@@ -914,11 +939,13 @@ def _fields(flags: list[str]) -> dict[str, str]:
 class _HeldWriter:
     """A pod's acknowledged writes, each after the scenario's `before_write` let it go."""
 
-    def __init__(self, world: World, pod: str, inner: AckedWrites, hold: BeforeWrite) -> None:
+    def __init__(self, world: World, pod: str, inner: SimWriter, hold: BeforeWrite) -> None:
         self._world, self._pod, self._inner, self._hold = world, pod, inner, hold
+        inner.notes_sends = False  # sent when the engine asks, not when the hold lets it go
 
     async def write(self, topic: str, record: OutgoingRecord,
                     partition: int | None = None) -> int:
+        self._inner.note_sent(topic, record)
         await self._hold(self._world, self._pod, topic, record)
         return await self._inner.write(topic, record, partition)
 
