@@ -85,9 +85,14 @@ async def test_a_lagging_loop_caps_the_window_and_the_cap_lifts_once_it_keeps_up
     assert lowest < WINDOW, seen  # capped while the loop lagged
     first_cut = next(s["at"] for s in hogged if s["cap"] < WINDOW)
     # The window follows the cap within a call's latency or two (records prepared ahead, at
-    # most 100, ride on top of it).
-    for sample in (s for s in hogged if s["at"] > first_cut + 2.0):
-        recent_cap = max(s["cap"] for s in seen if sample["at"] - 2.0 <= s["at"] <= sample["at"])
+    # most 100, ride on top of it); a call's latency as the pod lives it includes the loop's
+    # lag (a fixed two seconds failed at a lag of 0.9 s on a loaded machine).
+    for sample in hogged:
+        follow_s = 2.0 + 4 * sample["lag"]
+        if sample["at"] <= first_cut + follow_s:
+            continue
+        recent_cap = max(s["cap"] for s in seen
+                         if sample["at"] - follow_s <= s["at"] <= sample["at"])
         assert sample["in_flight"] <= recent_cap + 100, (sample, seen)
     after = [s for s in seen if s["at"] > hog_began + HOG_S + 2.0]
     assert after and max(s["cap"] for s in after) > lowest, seen  # it lifts as the loop keeps up
