@@ -287,6 +287,7 @@ class SimConsumer:
         self._generation: int | None = None
         self._callbacks: set[asyncio.Future[None]] = set()
         self.dead = False
+        self.failing_commits = 0  # the next commits that fail (a coordinator moving as it stops)
 
     def die(self) -> None:
         """kill -9 of its process: the group's callbacks running in it end with it (a real
@@ -446,6 +447,12 @@ class SimConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         faults = self._cluster.faults
+        if self.failing_commits > 0 and not self.dead:
+            self.failing_commits -= 1
+            await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
+            self._cluster.commit_attempts.append(
+                CommitAttempt(self._cluster.now, self.member_id, ok=False))
+            raise KafkaClientError("NotCoordinatorForGroupError (injected: the coordinator moves)")
         if self.dead:  # asked after the kill -9 (the engine's cancelled stop still runs here):
             # a dead process sends nothing, so this commit can never land; `lands_after_kill`
             # is only for a commit sent before the kill (found by `sweep.py --faults --seed 670`)

@@ -275,7 +275,19 @@ def _draw_with_faults(seed: int) -> Scenario:
     _draw_revokes_during_probes(rng, scenario, deadline)
     _draw_adaptive_growth(rng, scenario)
     _draw_stalls(seed, run_s, scenario)
+    _draw_stop_while_commits_fail(seed, run_s, scenario)
     return scenario
+
+
+def _draw_stop_while_commits_fail(seed: int, run_s: float, scenario: Scenario) -> None:
+    """A SIGTERM while the group's coordinator moves: the stopping pod's next two or three
+    commits fail, so its drain's commit and the first of its final commit's tries fail and a
+    later try lands (DESIGN: the stop's final commit is tried a few times). Drawn from a
+    stream of its own, like the stalls."""
+    rng = random.Random(f"stop-while-commits-fail/{seed}")
+    if rng.random() < 0.15:
+        scenario.events.append((rng.uniform(0.5, run_s), "sigterm_commits_fail"))
+        scenario.events.sort()
 
 
 def _draw_stalls(seed: int, run_s: float, scenario: Scenario) -> None:
@@ -811,6 +823,11 @@ class World:
             await self.cluster.rebalance([INPUT])
         elif what == "join" and len(names) < 3:
             await self.start_pod(next(n for n in "abc" if n not in self._live))
+        elif what == "sigterm_commits_fail" and names:
+            name = self.rng.choice(names)
+            for pod in self._live.get(name, []):
+                pod.consumer.failing_commits = self.rng.choice([2, 3])
+            await self.sigterm(name)
         elif what in ("leave", "sigterm") and names:
             await self.sigterm(self.rng.choice(names) if what == "sigterm" else names[-1])
         elif what == "kill" and names:
