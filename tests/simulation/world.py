@@ -314,9 +314,12 @@ def _draw_stalls(seed: int, run_s: float, scenario: Scenario) -> None:
 def _draw_adaptive_growth(rng: random.Random, scenario: Scenario) -> None:
     """Under --concurrency auto, an input long enough in some seeds for the window to grow
     round by round (a round is 20 attempts with the window full: from 1 to a --max-concurrency
-    of 4 takes 80) and then stay at its maximum. Drawn last, like the above."""
-    if scenario.flags["concurrency"] == "auto" and rng.random() < 0.25:
-        scenario.records = rng.randint(120, 240)
+    of 4 takes 80) and then stay at its maximum, the counterparty keeping up (no slow or
+    hanging calls). Drawn last, like the above."""
+    if scenario.flags["concurrency"] == "auto" and rng.random() < 0.4:
+        scenario.records = rng.randint(150, 300)
+        scenario.behaviour.update(slow=0, hang=0)  # a counterparty that keeps up: it grows
+        scenario.flags["max_concurrency"] = 4  # to its maximum well within the input
 
 
 def _draw_revokes_during_probes(rng: random.Random, scenario: Scenario, deadline: float) -> None:
