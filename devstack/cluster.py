@@ -27,7 +27,7 @@ import secrets
 import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -274,11 +274,19 @@ class SecureCluster:
         return [node.name for node in running]
 
     def status(self) -> list[ServiceStatus]:
-        live = self.live_brokers() if self.running() else set()
-        return [ServiceStatus(s.name, s.running, s.running and node.node_id in live, s.port,
-                              s.pid, s.endpoint, s.log)
-                for node in self.nodes.values()
-                for s in [_process_status(node)]]
+        """Each node's process, healthy when it answers a client on its own listener (the
+        cluster's metadata is no proof: see `answers`)."""
+        processes = [_process_status(node) for node in self.nodes.values()]
+        answering = asyncio.run(self._answering(
+            tuple(node.node_id for node, s in zip(self.nodes.values(), processes, strict=True)
+                  if s.running)))
+        return [replace(s, healthy=node.node_id in answering)
+                for node, s in zip(self.nodes.values(), processes, strict=True)]
+
+    async def _answering(self, node_ids: tuple[int, ...]) -> set[int]:
+        """The nodes of `node_ids` that answer (`answers`), probed at once."""
+        answers = await asyncio.gather(*(self.answers(n) for n in node_ids))
+        return {n for n, yes in zip(node_ids, answers, strict=True) if yes}
 
     async def brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
         """The node ids the cluster's metadata lists as brokers (registered and not fenced),
@@ -292,10 +300,6 @@ class SecureCluster:
         lost (two of three nodes down) no controller can fence the dead ones, and the survivor's
         metadata lists them as brokers until the quorum is back, started or not."""
         return node_id in await _live_brokers(self.connection((node_id,)), timeout_s)
-
-    def live_brokers(self, timeout_s: float = PROBE_TIMEOUT_S) -> set[int]:
-        """`brokers`, for callers outside an event loop."""
-        return asyncio.run(self.brokers(timeout_s))
 
     def wait_healthy(self, node_ids: tuple[int, ...] = NODE_IDS,
                      timeout_s: float = START_TIMEOUT_S) -> None:
