@@ -214,7 +214,11 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
             console.print(f"[bold]scenario {scenario.name}[/bold]: {scenario.description}")
             with console.status(f"{scenario.name}: starting") as status:
                 def show(text: str, name: str = scenario.name) -> None:
-                    status.update(f"{name}: {text}")
+                    if console.is_terminal:
+                        status.update(f"{name}: {text}")
+                    else:  # a log (no spinner is drawn there): one line per update
+                        console.print(f"{name}: {text}", highlight=False, soft_wrap=True,
+                                      markup=False)
 
                 results += asyncio.run(run_scenario(scenario, servers, work_dir,
                                                     on_progress=show, rounds=rounds))

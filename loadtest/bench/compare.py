@@ -219,12 +219,20 @@ async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
     """The scenario's runs one after the other, `rounds` times, in reverse order every other
     round (so drift of a shared machine does not favour the runs that come first)."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    results = []
+    results: list[RunResult] = []
+    total = rounds * len(scenario.runs)
     for round_ in range(rounds):
         runs = scenario.runs[::-1] if round_ % 2 else scenario.runs
-        results += [await run_one(scenario.name, spec, bootstrap, work_dir, on_progress,
-                                  round_=round_)
-                    for spec in runs]
+        for spec in runs:
+            number = len(results) + 1
+            where = (f"run {number}/{total} (round {round_ + 1}/{rounds})" if rounds > 1
+                     else f"run {number}/{total}")
+
+            def progress(text: str, where: str = where) -> None:
+                on_progress(f"{where}: {text}")
+
+            results.append(await run_one(scenario.name, spec, bootstrap, work_dir, progress,
+                                         round_=round_))
     return results
 
 

@@ -43,6 +43,9 @@ def test_compare_tiny_measures_both_modes_and_writes_json_and_plot(
         assert row["peak_rss_mb"] > 10
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| tiny | at-least-once | 10 |" in result.stdout
+    # Progress in a log (no terminal): a line per update, each naming its run.
+    assert "tiny: run 1/2: batch N=10: producing 400 records" in result.stderr
+    assert "tiny: run 2/2: at-least-once N=10: producing 400 records" in result.stderr
 
 
 def _compare(tmp_path: Path, kafka_bootstrap: str, name: str,
