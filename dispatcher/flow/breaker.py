@@ -152,6 +152,8 @@ class CircuitBreaker:
         self._horizon_buckets = math.ceil((horizon_s + config.window_s) / self._bucket_s)
         # closed only: start-time bucket -> [attempts, failures]
         self._buckets: dict[int, list[int]] = {}
+        # The failures of each bucket by kind (failures only: the warning's reason names them).
+        self._failed_kinds: dict[int, dict[CallResult, int]] = {}
         self._pruned_at = self.bucket_of(now)
         self._probes_succeeded = 0
 
@@ -181,7 +183,7 @@ class CircuitBreaker:
         if started_at < self._since:
             return  # evidence from before this state: see the module docstring
         if self._state is CircuitState.CLOSED:
-            self._record_closed(result.failed, started_at, now)
+            self._record_closed(result, started_at, now)
         elif self._state is CircuitState.HALF_OPEN:
             if result.failed:
                 self._enter(CircuitState.OPEN, now, f"probe call failed: {result.value}")
@@ -202,20 +204,32 @@ class CircuitBreaker:
         """The start-time bucket of an attempt started `at`."""
         return math.floor(at / self._bucket_s)
 
-    def _record_closed(self, failed: bool, started_at: float, now: float) -> None:
+    def _record_closed(self, result: CallResult, started_at: float, now: float) -> None:
         self._prune(now)
         bucket = self.bucket_of(started_at)
         if bucket < self.bucket_of(now) - self._horizon_buckets:
             return  # started longer ago than any attempt lasts: nothing to judge it with
         counts = self._buckets.setdefault(bucket, [0, 0])
         counts[0] += 1
-        counts[1] += failed
-        if not failed:
+        if not result.failed:
             return
+        counts[1] += 1
+        kinds = self._failed_kinds.setdefault(bucket, {})
+        kinds[result] = kinds.get(result, 0) + 1
         calls, failures = self._window_before(bucket)
         if calls >= self.config.min_calls and failures / calls >= self.config.failure_rate:
             self._enter(CircuitState.OPEN, now, f"{failures} of {calls} calls started within "
-                        f"{self.config.window_s:g}s failed")
+                        f"{self.config.window_s:g}s failed ({self._kinds_before(bucket)})")
+
+    def _kinds_before(self, bucket: int) -> str:
+        """The failures started in the window that ends with `bucket`, by kind: "3 refused,
+        1 timeout" (the kinds in alphabetical order)."""
+        totals: dict[CallResult, int] = {}
+        for key in range(bucket - BUCKETS_PER_WINDOW, bucket + 1):
+            for kind, count in self._failed_kinds.get(key, {}).items():
+                totals[kind] = totals.get(kind, 0) + count
+        return ", ".join(f"{totals[kind]} {kind.value}"
+                         for kind in sorted(totals, key=lambda k: k.value))
 
     def _window_before(self, bucket: int) -> tuple[int, int]:
         """(attempts, failures) started in the window that ends with `bucket`."""
@@ -234,12 +248,14 @@ class CircuitBreaker:
         oldest = current - self._horizon_buckets
         for key in [k for k in self._buckets if k < oldest]:
             del self._buckets[key]
+            self._failed_kinds.pop(key, None)
 
     def _enter(self, state: CircuitState, now: float, reason: str) -> None:
         transition = Transition(old=self._state, new=state, at=now, reason=reason)
         self._state = state
         self._since = now
         self._buckets.clear()
+        self._failed_kinds.clear()
         self._probes_succeeded = 0
         if self._on_transition is not None:
             self._on_transition(transition)

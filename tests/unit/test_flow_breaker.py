@@ -66,7 +66,9 @@ def test_opens_at_the_failure_rate_then_half_opens_then_closes() -> None:
         (CircuitState.OPEN, CircuitState.HALF_OPEN, 7.0),
         (CircuitState.HALF_OPEN, CircuitState.CLOSED, 7.6),
     ]
-    assert "2 of 4 calls started within 10s failed" in transitions[0].reason
+    # The reason names the failures by kind: the operator's first question at an outage.
+    assert transitions[0].reason == ("2 of 4 calls started within 10s failed "
+                                     "(1 server_error, 1 timeout)")
 
 
 def test_retries_of_calls_in_flight_are_the_probes() -> None:
