@@ -331,8 +331,7 @@ class SecureCluster:
                         f"{node.name} exited during start-up. Its errors:\n"
                         f"{node.startup_errors() or '(none logged)'}\n"
                         f"Last lines of its log:\n{log_tail(node.log_path)}")
-            answers = await asyncio.gather(*(self.answers(n) for n in node_ids))
-            missing = {n for n, yes in zip(node_ids, answers, strict=True) if not yes}
+            missing = set(node_ids) - await self._answering(node_ids)
             if not missing:
                 return
             if time.monotonic() > deadline:
