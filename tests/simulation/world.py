@@ -315,7 +315,9 @@ def _draw_adaptive_growth(rng: random.Random, scenario: Scenario) -> None:
     """Under --concurrency auto, an input long enough in some seeds for the window to grow
     round by round (a round is 20 attempts with the window full: from 1 to a --max-concurrency
     of 4 takes 80) and then stay at its maximum, the counterparty keeping up (no slow or
-    hanging calls). Drawn last, like the above."""
+    hanging calls). The last draw from the seed's main stream, so the rest of the seed's
+    scenario is as before (the stalls, drawn from a stream of their own after it, may still
+    set the input's length)."""
     if scenario.flags["concurrency"] == "auto" and rng.random() < 0.4:
         scenario.records = rng.randint(150, 300)
         scenario.behaviour.update(slow=0, hang=0)  # a counterparty that keeps up: it grows
