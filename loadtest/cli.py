@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
 from loadtest.bench.console_bench import FULL_RECORDS, console_bench
-from loadtest.bench.scenarios import SCENARIOS
+from loadtest.bench.scenarios import AUTO, SCENARIOS
 from loadtest.cli_chaos import chaos
 from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE, BootstrapServers
 from loadtest.cli_common import fail as _fail
@@ -33,7 +34,12 @@ from loadtest.cli_mirror import (
     mirror_floor,
     run_mirror,
 )
-from loadtest.mock.counterparty import DEFAULT_HANG_S, serve_forever
+from loadtest.mock.counterparty import (
+    DEFAULT_HANG_S,
+    listen_queue,
+    listen_queue_warning,
+    serve_forever,
+)
 from loadtest.mock.generator import produce
 from loadtest.mock.latency import parse_model
 
@@ -212,6 +218,8 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
     try:
         for scenario in scenarios:
             console.print(f"[bold]scenario {scenario.name}[/bold]: {scenario.description}")
+            if (warning := _listen_queue_warning(scenario, listen_queue())) is not None:
+                console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
             with console.status(f"{scenario.name}: starting") as status:
                 def show(text: str, name: str = scenario.name) -> None:
                     if console.is_terminal:
@@ -225,6 +233,13 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     return results
+
+
+def _listen_queue_warning(scenario: Scenario, queue: int | None) -> str | None:
+    """A warning when the scenario's largest fixed window would overflow the mock's listen
+    queue (its calls all connect at once; an `auto` window grows, one step at a time)."""
+    windows = [int(run.concurrency) for run in scenario.runs if run.concurrency != AUTO]
+    return listen_queue_warning(max(windows), queue) if windows else None
 
 
 _FREE = "Free parameters (instead of a named scenario)"

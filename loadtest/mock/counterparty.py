@@ -33,6 +33,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_HANG_S = 300.0
 # Thousands of calls may connect at once when a dispatcher starts a full window.
 LISTEN_BACKLOG = 8192
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+"""The kernel's cap on any listen backlog (Linux)."""
 # Larger than Kafka's default maximum record size, so any record a dispatcher sends is accepted.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # Stopping does not wait for held requests: they are hangs by design.
@@ -222,3 +224,28 @@ async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int 
             with contextlib.suppress(ValueError, RuntimeError):
                 loop.remove_signal_handler(signum)
 
+
+
+def listen_queue(somaxconn: Path = SOMAXCONN) -> int | None:
+    """Connections the mock's listener queues before accepting them: its backlog, capped by the
+    kernel's `net.core.somaxconn` (None where that cannot be read)."""
+    try:
+        return min(LISTEN_BACKLOG, int(somaxconn.read_text().strip()))
+    except (OSError, ValueError):
+        return None
+
+
+def listen_queue_warning(window: int, queue: int | None) -> str | None:
+    """Why a fixed window of `window` calls, all connecting at once, would measure the
+    listener rather than the dispatcher (None: the queue holds them, or is unknown)."""
+    if queue is None or window <= queue:
+        return None
+    return (f"N = {window:,} calls connect at once, more than the mock's listen queue of "
+            f"{queue:,} (net.core.somaxconn caps it): the kernel drops the excess connects, they "
+            f"time out, and the circuit breaker opens on them (\"refused\"). Raise it for this "
+            f"run: sysctl -w net.core.somaxconn={_next_power_of_two(window)} "
+            f"net.ipv4.tcp_max_syn_backlog={_next_power_of_two(window)}")
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
