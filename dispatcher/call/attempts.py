@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import random
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 
 import aiohttp
@@ -167,12 +167,13 @@ class HandlerCounterparty:
         self._clock = clock
         self._observe = observer
 
-    async def call(self, request: CallRequest) -> CallOutcome:
-        """Run the handler for `request.source` until it returns, fails, or the deadline."""
+    def call(self, request: CallRequest) -> Coroutine[None, None, CallOutcome]:
+        """Run the handler for `request.source` until it returns, fails, or the deadline: the
+        coroutine of `handle` itself (no frame of its own per record in flight)."""
         if request.source is None:
             raise ValueError("a handler needs the consumed record: CallRequest.source is None")
         wait_id = request.wait_id or request.idempotency_key
-        return await self.handle(record_for(request.source, request.idempotency_key, wait_id))
+        return self.handle(record_for(request.source, request.idempotency_key, wait_id))
 
     async def handle(self, record: Record) -> CallOutcome:
         """The outcome of handling `record` (retries and the deadline included)."""

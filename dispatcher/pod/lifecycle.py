@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from dispatcher.aio import DoneSignal
-from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, call_settling_bugs
+from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, client_bug_outcome
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import ProduceError, RecordTooLargeError
 from dispatcher.flow.breaker import Circuit
@@ -320,8 +320,11 @@ class RecordPath:
         while True:
             # the circuit, if this call is one of its probes
             probed = self._circuit if self._circuit and self._circuit.probing else None
-            try:
-                outcome = await call_settling_bugs(self._counterparty, request)
+            started = monotonic_s()
+            try:  # call_settling_bugs, inline: one coroutine frame less per record in flight
+                outcome = await self._counterparty.call(request)
+            except Exception as exc:  # noqa: BLE001 - a client failure must still settle it
+                outcome = client_bug_outcome(exc, request, started)
             finally:
                 self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
