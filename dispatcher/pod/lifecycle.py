@@ -230,9 +230,7 @@ class RecordPath:
         self._partitions.committable(key, source.offset, ticket)
         wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
         trace.calling()
-        outcome, latest = await self._call(source, wait_id, called, wait_partition,
-                                           lambda: self._partitions.still_ours(key, ticket),
-                                           generation=ticket.owner_generation)
+        outcome, latest = await self._call(source, wait_id, called, wait_partition, ticket)
         trace.called(outcome)
 
         # 4. Settle: the result or DLQ record, acknowledged.
@@ -307,12 +305,13 @@ class RecordPath:
         return prepare
 
     async def _call(self, source: SourceRecord, wait_id: str, prepare: OutgoingRecord,
-                    wait_partition: int, still_ours: Callable[[], bool], *,
-                    generation: int | None) -> tuple[CallOutcome, OutgoingRecord]:
+                    wait_partition: int, ticket: RecordTicket,
+                    ) -> tuple[CallOutcome, OutgoingRecord]:
         """The outcome, and the newest wait record (the one its tombstone closes); releases the
-        call slot. A probe is sent back to the line only while its partition is
-        `still_ours()`: once revoked, another pod calls its key, so it ends with its timeout
-        (to the DLQ)."""
+        call slot. A probe is sent back to the line only while its partition is still ours:
+        once revoked, another pod calls its key, so it ends with its timeout (to the DLQ).
+        Its path's frames are kept small and closure-free: 10,000 of them may wait at once."""
+        key = (source.topic, source.partition)
         # source.value is never None here: a null value goes to the DLQ before any call
         request = CallRequest(source.value or b"", idempotency_key_of(source.headers, wait_id),
                               source, wait_id)
@@ -328,13 +327,13 @@ class RecordPath:
             finally:
                 self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
-            if (returned or probed is None or not still_ours()
+            if (returned or probed is None or not self._partitions.still_ours(key, ticket)
                     or not probed.takes_back(outcome)):
                 return outcome, prepare
             returned = True
             log.info("wait id %s: its probe call timed out and the circuit is still open: back "
                      "to the call line (once) instead of the DLQ", wait_id)
-            again = await self._call_again(source, wait_partition, still_ours, generation)
+            again = await self._call_again(source, wait_partition, ticket)
             if again is None:  # revoked while it waited: its timeout is its outcome
                 log.info("wait id %s: its partition was revoked while it waited to be called "
                          "again; it goes to the DLQ with its timeout", wait_id)
@@ -342,18 +341,18 @@ class RecordPath:
             prepare = again
 
     async def _call_again(self, source: SourceRecord, partition: int,
-                          still_ours: Callable[[], bool],
-                          generation: int | None) -> OutgoingRecord | None:
+                          ticket: RecordTicket) -> OutgoingRecord | None:
         """A probe back in the call line: its wait record is written again for the wait to
         come (and again each `refresh_wait_record_s` of it), then it takes a slot and a token;
         None if its partition is revoked first (another pod owns its key)."""
         refresh_s = self._window.refresh_wait_record_s
+        key = (source.topic, source.partition)
 
         def given_up() -> bool:
-            return not still_ours()
+            return not self._partitions.still_ours(key, ticket)
 
         while True:
-            prepare = await self._write_again(source, partition, generation)
+            prepare = await self._write_again(source, partition, ticket.owner_generation)
             if not await self._calls.acquire(refresh_s, given_up):
                 if given_up():
                     return None
