@@ -311,7 +311,6 @@ class RecordPath:
         call slot. A probe is sent back to the line only while its partition is still ours:
         once revoked, another pod calls its key, so it ends with its timeout (to the DLQ).
         Its path's frames are kept small and closure-free: 10,000 of them may wait at once."""
-        key = (source.topic, source.partition)
         # source.value is never None here: a null value goes to the DLQ before any call
         request = CallRequest(source.value or b"", idempotency_key_of(source.headers, wait_id),
                               source, wait_id)
@@ -327,7 +326,8 @@ class RecordPath:
             finally:
                 self._calls.release()
             self._metrics.call_latency.observe(outcome.elapsed_s)
-            if (returned or probed is None or not self._partitions.still_ours(key, ticket)
+            if (returned or probed is None
+                    or not self._partitions.still_ours((source.topic, source.partition), ticket)
                     or not probed.takes_back(outcome)):
                 return outcome, prepare
             returned = True

@@ -225,7 +225,6 @@ async def serve_forever(model: LatencyModel, host: str = "127.0.0.1", port: int 
                 loop.remove_signal_handler(signum)
 
 
-
 def listen_queue(somaxconn: Path = SOMAXCONN) -> int | None:
     """Connections the mock's listener queues before accepting them: its backlog, capped by the
     kernel's `net.core.somaxconn` (None where that cannot be read)."""

@@ -86,9 +86,9 @@ MUTANTS = [
            "A record abandoned before its prepare is not prepared: it is written anyway (and "
            "then withdrawn), a wait record the next owner's may race."),
     Mutant("probe-back-after-revoke", "dispatcher/pod/lifecycle.py",
-           "            if (returned or probed is None or not self._partitions.still_ours(key, "
-           "ticket)",
-           "            if (returned or probed is None",
+           "                    or not self._partitions.still_ours((source.topic, "
+           "source.partition), ticket)\n",
+           "",
            "A circuit probe goes back to the line only while its partition is still ours."),
     Mutant("timeout-not-dead-lettered", "dispatcher/pod/settle.py",
            '        failure = outcome.failure or Failure("UnknownError", "the call failed '
