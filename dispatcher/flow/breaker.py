@@ -225,7 +225,7 @@ class CircuitBreaker:
         """The failures started in the window that ends with `bucket`, by kind: "3 refused,
         1 timeout" (the kinds in alphabetical order)."""
         totals: dict[CallResult, int] = {}
-        for key in range(bucket - BUCKETS_PER_WINDOW, bucket + 1):
+        for key in _window_ending(bucket):
             for kind, count in self._failed_kinds.get(key, {}).items():
                 totals[kind] = totals.get(kind, 0) + count
         return ", ".join(f"{totals[kind]} {kind.value}"
@@ -234,7 +234,7 @@ class CircuitBreaker:
     def _window_before(self, bucket: int) -> tuple[int, int]:
         """(attempts, failures) started in the window that ends with `bucket`."""
         calls = failures = 0
-        for key in range(bucket - BUCKETS_PER_WINDOW, bucket + 1):
+        for key in _window_ending(bucket):
             if (counts := self._buckets.get(key)) is not None:
                 calls += counts[0]
                 failures += counts[1]
@@ -330,3 +330,8 @@ class Circuit:
     def _show(self, current: CircuitState) -> None:
         for state in CircuitState:
             self._metrics.circuit_state.labels(state.value).set(state is current)
+
+
+def _window_ending(bucket: int) -> range:
+    """The start-time buckets of the failure-rate window that ends with `bucket`."""
+    return range(bucket - BUCKETS_PER_WINDOW, bucket + 1)
