@@ -267,9 +267,8 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
     """A record called to an outcome by a pod that lived on (not killed, not stopped fatally,
     not cut off by its drain's grace: DESIGN.md, "Stopping") is closed by that pod (DLQ record
     or result, then tombstone), never left for the sweep to expire."""
-    grace = log.settings.drain_grace
-    lived_on = {p.name for p in log.pods if p.killed_at is None and p.error is None and not (
-        p.stop_asked_at is not None and _gone_at(log, p) - p.stop_asked_at >= grace - 0.01)}
+    lived_on = {p.name for p in log.pods
+                if p.killed_at is None and p.error is None and not _cut_off_by_grace(log, p)}
     cut_off = {(pod, _wait_id_of_write(topic, record))
                for pod, topic, record in log.cluster.cancelled_writes}
     writers = _swept_writers(log)
@@ -317,14 +316,18 @@ def _killed_before_withdrawing(log: RunLog, writer: str, wait_id: str) -> bool:
 
 def never_called_after_swept(log: RunLog) -> list[str]:
     """A call never starts after the sweep expired its wait record: the DLQ record would say
-    the counterparty was not reached when it was. Only a wait record left by a killed pod may
-    expire before the next owner gets to its record again (DESIGN's crash bound)."""
-    killed = {p.name for p in log.pods if p.killed_at is not None}
+    the counterparty was not reached when it was. Only a wait record left open by a killed pod
+    (DESIGN's crash bound), or by a pod whose drain grace cut its record's path off (DESIGN.md,
+    "Stopping": it stays open in the registry), may expire before the next owner gets to its
+    record again (`sweep.py --seed 473`: a stop cut a path off after its call, before its
+    tombstone; the next owner, slowed by `--rate-limit 2/s`, called it after it expired)."""
+    left_open = {p.name for p in log.pods
+                 if p.killed_at is not None or _cut_off_by_grace(log, p)}
     writers = _swept_writers(log)
     out = []
     for wait_id, calls in _calls(log).items():
         swept_at = log.swept.get(wait_id)
-        if swept_at is None or writers.get(wait_id) in killed:
+        if swept_at is None or writers.get(wait_id) in left_open:
             continue
         for call in calls:
             if call.started > swept_at:
@@ -725,6 +728,12 @@ def _read_pod_writes(log: RunLog) -> dict[str, _PodWrites]:
         else:
             writes.prepares[wid].append(record)
     return by_pod
+
+
+def _cut_off_by_grace(log: RunLog, pod: PodRun) -> bool:
+    """A stop whose drain grace ran out: the paths still running were cancelled."""
+    return (pod.stop_asked_at is not None
+            and _gone_at(log, pod) - pod.stop_asked_at >= log.settings.drain_grace - 0.01)
 
 
 def _gone_at(log: RunLog, pod: PodRun) -> float:
