@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from dispatcher.clock import monotonic_s
 from dispatcher.errors import ConfigError
@@ -128,9 +129,12 @@ class RateGate:
     async def token(self, timeout_s: float | None = None,
                     given_up: Callable[[], bool] = lambda: False) -> bool:
         """Take a token; False (none taken) when `timeout_s` passes or `given_up()` turns true
-        first (looked at every RECHECK_S)."""
+        first (looked at every RECHECK_S), in line behind other waiters as much as at the
+        head: a record whose wait record is due to be written again hears so on time."""
         give_up_at = None if timeout_s is None else monotonic_s() + timeout_s
-        async with self._turn:
+        if not await self._my_turn(give_up_at, given_up):
+            return False
+        try:
             while (wait_s := self._bucket.delay_s(monotonic_s())) > 0:
                 if given_up():
                     return False
@@ -141,3 +145,34 @@ class RateGate:
                     wait_s = min(wait_s, left)
                 await asyncio.sleep(min(wait_s, RECHECK_S))
             return True
+        finally:
+            self._turn.release()
+
+    async def _my_turn(self, give_up_at: float | None, given_up: Callable[[], bool]) -> bool:
+        """Wait for the turn, in arrival order; False, the place in line given up, once
+        `give_up_at` passes or `given_up()` turns true. The place is kept while it looks."""
+        if not self._turn.locked():
+            return await self._turn.acquire()
+        turn = asyncio.ensure_future(self._turn.acquire())
+        try:
+            while not turn.done():
+                left = RECHECK_S if give_up_at is None else min(RECHECK_S,
+                                                                give_up_at - monotonic_s())
+                if left <= 0 or given_up():
+                    break
+                await asyncio.wait((turn,), timeout=left)
+        except BaseException:
+            self._leave(turn)
+            raise
+        if turn.done():
+            return True
+        self._leave(turn)
+        return False
+
+    def _leave(self, turn: asyncio.Task[Literal[True]]) -> None:
+        """Out of line: a turn not yet given is cancelled (`Lock.acquire` then passes it on to
+        the next waiter); a turn given meanwhile is released."""
+        if not turn.done():
+            turn.cancel()
+        elif not turn.cancelled():
+            self._turn.release()

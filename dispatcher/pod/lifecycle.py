@@ -194,6 +194,7 @@ class RecordPath:
             _left_to_the_next_owner(source)
             return
         prepare = self._wait_record(source, ticket.owner_generation)
+        prepared_at = monotonic_s()  # its refresh counts from here, whatever it waits for
         too_large: Failure | None = None
         try:
             wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
@@ -212,7 +213,8 @@ class RecordPath:
         trace.prepared()
 
         # 2. A call slot and a rate token, the wait record refreshed while it waits.
-        called = await self._take_call_slot(source, prepare, wait_partition, ticket)
+        called = await self._take_call_slot(source, prepare, prepared_at, wait_partition,
+                                            ticket)
         if called is None:  # revoked or stopping while it waited: uncommitted, the next
             # owner calls it
             if ticket.abandoned:  # a rewrite of it may have landed late, as above
@@ -269,12 +271,14 @@ class RecordPath:
         self._partitions.committable((source.topic, source.partition), source.offset, ticket)
 
     async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
-                              partition: int, ticket: RecordTicket) -> OutgoingRecord | None:
-        """Wait for a call slot, then (`--rate-limit`) for a token: the wait record (written
-        again each `refresh_wait_record_s` of the wait, e.g. an open circuit or a slow rate, so
-        it cannot expire into the DLQ while this pod still calls it), or None if the partition
-        was revoked meanwhile, or the pod began to stop and leaves it: not called here, left
-        uncommitted."""
+                              written_at: float, partition: int,
+                              ticket: RecordTicket) -> OutgoingRecord | None:
+        """Wait for a call slot, then (`--rate-limit`) for a token: the wait record, or None if
+        the partition was revoked meanwhile, or the pod began to stop and leaves it: not called
+        here, left uncommitted. The wait record (made at `written_at`) is written again once
+        `refresh_wait_record_s` has passed since it was made, counted across both waits (e.g.
+        an open circuit, a slow rate), so it cannot expire into the DLQ while this pod still
+        calls it: a call starts with at least its deadline left."""
         ticket.state = RecordState.AWAITING_SLOT
         ticket.done.set()  # its wait record is durable: a revoke need not wait for it
 
@@ -282,20 +286,20 @@ class RecordPath:
             return ticket.abandoned or self._partitions.left_at_stop(source)
 
         refresh_s = self._window.refresh_wait_record_s
-        while not await self._calls.acquire(refresh_s, given_up):
+        while not await self._calls.acquire(written_at + refresh_s - monotonic_s(), given_up):
             if given_up():
                 return None
+            written_at = monotonic_s()
             prepare = await self._write_again(source, partition, ticket.owner_generation)
         try:
             if self._rate is not None:
                 ticket.state = RecordState.AWAITING_TOKEN
-                written_at = monotonic_s()
                 while not await self._rate.token(written_at + refresh_s - monotonic_s(),
                                                  given_up):
                     if given_up():
                         break
-                    prepare = await self._write_again(source, partition, ticket.owner_generation)
                     written_at = monotonic_s()
+                    prepare = await self._write_again(source, partition, ticket.owner_generation)
         except BaseException:
             self._calls.release()
             raise
@@ -352,13 +356,14 @@ class RecordPath:
             return not self._partitions.still_ours(key, ticket)
 
         while True:
+            written_at = monotonic_s()
             prepare = await self._write_again(source, partition, ticket.owner_generation)
-            if not await self._calls.acquire(refresh_s, given_up):
+            if not await self._calls.acquire(written_at + refresh_s - monotonic_s(), given_up):
                 if given_up():
                     return None
                 continue
-            if (self._rate is None or await self._rate.token(refresh_s, given_up)) and (
-                    not given_up()):
+            if (self._rate is None or await self._rate.token(
+                    written_at + refresh_s - monotonic_s(), given_up)) and not given_up():
                 return prepare
             self._calls.release()
             if given_up():

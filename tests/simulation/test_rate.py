@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cases import answer
 from oracle import check
+from simkafka import WriteFaults
 from world import quiet, simulate
 
 RATE_PER_S, SPAN_S = 50, 60.0
@@ -46,6 +47,21 @@ def test_a_long_token_wait_never_lets_the_wait_record_expire() -> None:
     log = simulate(quiet({"rate_limit": "2/s", "concurrency": 50, "wait_expiration": 12.0,
                           "deadline": 1.0}, records=60, sweep_every_s=0.5))
     assert not log.swept
+    assert check(log) == []
+
+
+def test_a_slot_wait_then_a_token_wait_never_outlast_the_wait_record() -> None:
+    """A wait record is written again once half of what the expiration leaves beyond the
+    deadline has passed since it was written, whatever the record waited for meanwhile. At
+    10/min with one slot and writes of 1 s, a record prepared ahead waits up to 6 s for the
+    slot, then up to 6 s for its token: each wait under the 6.5 s that triggers a rewrite, the
+    two together with the write past the 13 s the expiration leaves. Measured from each wait's
+    own start, the call began with less than its deadline left, and the sweep expired records
+    their pod had called (a DLQ record for a call that succeeded)."""
+    log = simulate(quiet({"rate_limit": "10/min", "concurrency": 1, "wait_expiration": 14.0,
+                          "deadline": 1.0}, records=8, handle=answer(lambda _v: 0.05),
+                         sweep_every_s=0.5, write_faults=WriteFaults(latency_s=(1.0, 1.0))))
+    assert not log.swept, f"expired while their pod called them: {sorted(log.swept)}"
     assert check(log) == []
 
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import looptime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
-from dispatcher.flow.rate import RateLimit, TokenBucket, parse_rate_limit
+from dispatcher.flow.rate import RateGate, RateLimit, TokenBucket, parse_rate_limit
 
 pytestmark = pytest.mark.unit
+
+T = TypeVar("T")
 
 # The bucket tolerates 1e-9 s of float rounding: at most 5e-6 calls at 5000/s.
 EPSILON = 1e-5
@@ -130,3 +137,61 @@ def test_an_invalid_rate_limit_flag_is_refused_naming_the_forms() -> None:
     with pytest.raises(ConfigError, match=r"--rate-limit.*500/s"):
         load_settings(input_topic="t", group="g", counterparty_url="http://127.0.0.1:9/",
                       bootstrap_servers="127.0.0.1:9", rate_limit="fast")
+
+
+def _virtual(scenario: Callable[[], Awaitable[T]]) -> T:
+    loop = looptime.new_event_loop(noop_cycles=0)
+    try:
+        return loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+
+
+def test_a_waiter_in_line_for_a_token_gives_up_at_its_own_timeout() -> None:
+    """At 1/10s with the burst spent, three waiters in line: the first waits 10 s for its
+    token, the second 20 s, and the third, in line behind them with a timeout of 3 s, is told
+    False at 3 s (so its record writes its wait record again), not when the line reaches it.
+    The two ahead of it are served as before, in order."""
+    async def scenario() -> list[tuple[str, bool, float]]:
+        loop = asyncio.get_running_loop()
+        gate = RateGate(parse_rate_limit("6/min"))
+        assert await gate.token(0.0)  # the burst of one, spent at 0
+        ended: list[tuple[str, bool, float]] = []
+
+        async def wait(name: str, timeout_s: float) -> None:
+            ended.append((name, await gate.token(timeout_s), round(loop.time(), 3)))
+
+        waits = [asyncio.create_task(wait("first", 60.0)),
+                 asyncio.create_task(wait("second", 60.0)),
+                 asyncio.create_task(wait("third", 3.0))]
+        await asyncio.gather(*waits)
+        return ended
+
+    assert _virtual(scenario) == [("third", False, 3.0), ("first", True, 10.0),
+                                  ("second", True, 20.0)]
+
+
+def test_a_waiter_that_gives_up_in_line_passes_the_line_on() -> None:
+    """A waiter given up (a revoke, a stop) while in line leaves it; the one behind it is
+    served in its place, and the gate is free afterwards."""
+    async def scenario() -> list[tuple[str, bool, float]]:
+        loop = asyncio.get_running_loop()
+        gate = RateGate(parse_rate_limit("6/min"))
+        assert await gate.token(0.0)
+        revoked = False
+        ended: list[tuple[str, bool, float]] = []
+
+        async def wait(name: str, given_up: Callable[[], bool]) -> None:
+            ended.append((name, await gate.token(60.0, given_up), round(loop.time(), 3)))
+
+        waits = [asyncio.create_task(wait("first", lambda: False)),
+                 asyncio.create_task(wait("revoked", lambda: revoked)),
+                 asyncio.create_task(wait("last", lambda: False))]
+        await asyncio.sleep(2.2)
+        revoked = True
+        await asyncio.gather(*waits)
+        assert await gate.token(0.0) is False  # the next token is due at 30 s
+        return ended
+
+    assert _virtual(scenario) == [("revoked", False, 2.5), ("first", True, 10.0),
+                                  ("last", True, 20.0)]
