@@ -112,10 +112,7 @@ class LoopMetrics(Protocol):
     def loop_cap(self) -> Gauge: ...
 
 
-# How late a timer fires is the loop's turn in progress, whatever the timer's length: ten
-# samples a period measure it as well as fifty did, with a fifth of the wakes (a pod at rest:
-# 23 → 14 ms of CPU a second; the simulator's runs 34% faster; docs/BENCHMARKS.md).
-SAMPLE_S = 0.1
+SAMPLE_S = 0.02
 PERIOD_S = 1.0
 
 
