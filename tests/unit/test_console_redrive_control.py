@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
-import looptime
 import pytest
+from virtual_clock import run_virtual
 
 from dispatcher.console.redrive import Redrive, RedriveLimits, RedriveManager
 from dispatcher.console.store import Store
@@ -20,17 +18,8 @@ from dispatcher.kafka.config import KafkaClientSettings
 
 pytestmark = pytest.mark.unit
 
-T = TypeVar("T")
 SLOW = 1 / 600  # one record per ten minutes: slower than the console allows, on purpose
 UNUSED = Store("postgresql://nobody@127.0.0.1:9/none")  # never reached by these tests
-
-
-def _virtual(scenario: Callable[[], Awaitable[T]]) -> T:
-    loop = looptime.new_event_loop(noop_cycles=0)
-    try:
-        return loop.run_until_complete(scenario())
-    finally:
-        loop.close()
 
 
 def _redrive(rate: float) -> Redrive:
@@ -50,7 +39,7 @@ def test_an_abort_takes_effect_at_once_whatever_the_rate(rate: float) -> None:
         verdict = await waiting
         return verdict, loop.time() - aborted_at
 
-    verdict, took_s = _virtual(scenario)
+    verdict, took_s = run_virtual(scenario)
     assert verdict in (False, None, True) and took_s < 1.0
     if rate == SLOW:
         assert verdict is None  # woken by the abort, not by the rate
@@ -77,7 +66,7 @@ def test_a_pause_takes_effect_at_once_commits_first_and_a_resume_goes_on() -> No
         run.abort()
         assert await run.admit() is False
 
-    _virtual(scenario)
+    run_virtual(scenario)
 
 
 def test_a_fast_rate_admits_without_waiting_and_keeps_its_cap() -> None:
@@ -92,7 +81,7 @@ def test_a_fast_rate_admits_without_waiting_and_keeps_its_cap() -> None:
         assert not run.will_wait()
         return loop.time() - started
 
-    assert _virtual(scenario) == pytest.approx(2.0, abs=0.05)  # 201 records at 100/s
+    assert run_virtual(scenario) == pytest.approx(2.0, abs=0.05)  # 201 records at 100/s
 
 
 def test_shutdown_never_waits_on_a_sleeping_redrive() -> None:
@@ -116,7 +105,7 @@ def test_shutdown_never_waits_on_a_sleeping_redrive() -> None:
         await manager.close()
         return loop.time() - closing
 
-    assert _virtual(scenario) < 1.0
+    assert run_virtual(scenario) < 1.0
 
 
 @pytest.mark.parametrize(("topic", "chosen", "why"), [

@@ -1,22 +1,20 @@
-"""The rate limit: flag parsing and the token bucket's admission bounds."""
+"""The rate limit: flag parsing, the token bucket's admission bounds, and the gate's line of
+waiters (on a virtual clock)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
 
-import looptime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from virtual_clock import run_virtual
 
 from dispatcher.errors import ConfigError
 from dispatcher.flow.rate import RateGate, RateLimit, TokenBucket, parse_rate_limit
 
 pytestmark = pytest.mark.unit
-
-T = TypeVar("T")
 
 # The bucket tolerates 1e-9 s of float rounding: at most 5e-6 calls at 5000/s.
 EPSILON = 1e-5
@@ -139,14 +137,6 @@ def test_an_invalid_rate_limit_flag_is_refused_naming_the_forms() -> None:
                       bootstrap_servers="127.0.0.1:9", rate_limit="fast")
 
 
-def _virtual(scenario: Callable[[], Awaitable[T]]) -> T:
-    loop = looptime.new_event_loop(noop_cycles=0)
-    try:
-        return loop.run_until_complete(scenario())
-    finally:
-        loop.close()
-
-
 def test_a_waiter_in_line_for_a_token_gives_up_at_its_own_timeout() -> None:
     """At 1/10s with the burst spent, three waiters in line: the first waits 10 s for its
     token, the second 20 s, and the third, in line behind them with a timeout of 3 s, is told
@@ -167,7 +157,7 @@ def test_a_waiter_in_line_for_a_token_gives_up_at_its_own_timeout() -> None:
         await asyncio.gather(*waits)
         return ended
 
-    assert _virtual(scenario) == [("third", False, 3.0), ("first", True, 10.0),
+    assert run_virtual(scenario) == [("third", False, 3.0), ("first", True, 10.0),
                                   ("second", True, 20.0)]
 
 
@@ -193,5 +183,5 @@ def test_a_waiter_that_gives_up_in_line_passes_the_line_on() -> None:
         assert await gate.token(0.0) is False  # the next token is due at 30 s
         return ended
 
-    assert _virtual(scenario) == [("revoked", False, 2.5), ("first", True, 10.0),
+    assert run_virtual(scenario) == [("revoked", False, 2.5), ("first", True, 10.0),
                                   ("last", True, 20.0)]
