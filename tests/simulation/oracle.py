@@ -762,10 +762,8 @@ def outcomes_are_written(log: RunLog) -> list[str]:
             if (call.outcome in ("", "cancelled", "cut off", "killed")
                     or (call.outcome == "ok" and not call.returned)):
                 continue
-            gone = _gone_at(log, pod)
-            if pod.killed_at is not None or pod.error is not None or (
-                    pod.stop_asked_at is not None
-                    and gone - pod.stop_asked_at >= log.settings.drain_grace - 0.01):
+            if (pod.killed_at is not None or pod.error is not None
+                    or _cut_off_by_grace(log, pod)):
                 continue
             writes = by_pod.get(call.pod)
             outcomes = [] if writes is None else writes.outcomes.get(wid, [])
