@@ -125,6 +125,7 @@ class RateGate:
         self.limit = limit
         self._bucket = TokenBucket(limit, monotonic_s())
         self._turn = asyncio.Lock()
+        self._in_line = 0  # waiters between asking for the turn and getting or leaving it
 
     async def token(self, timeout_s: float | None = None,
                     given_up: Callable[[], bool] = lambda: False) -> bool:
@@ -151,9 +152,10 @@ class RateGate:
     async def _my_turn(self, give_up_at: float | None, given_up: Callable[[], bool]) -> bool:
         """Wait for the turn, in arrival order; False, the place in line given up, once
         `give_up_at` passes or `given_up()` turns true. The place is kept while it looks."""
-        if not self._turn.locked():
-            return await self._turn.acquire()
+        if not self._turn.locked() and not self._in_line:  # free, and nobody handed it
+            return await self._turn.acquire()  # taken at once, without waiting
         turn = asyncio.ensure_future(self._turn.acquire())
+        self._in_line += 1
         try:
             while not turn.done():
                 left = RECHECK_S if give_up_at is None else min(RECHECK_S,
@@ -164,6 +166,8 @@ class RateGate:
         except BaseException:
             self._leave(turn)
             raise
+        finally:
+            self._in_line -= 1
         if turn.done():
             return True
         self._leave(turn)

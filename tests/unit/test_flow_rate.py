@@ -185,3 +185,29 @@ def test_a_waiter_that_gives_up_in_line_passes_the_line_on() -> None:
 
     assert run_virtual(scenario) == [("revoked", False, 2.5), ("first", True, 10.0),
                                   ("last", True, 20.0)]
+
+
+def test_a_waiter_arriving_as_the_gate_is_handed_on_still_hears_its_timeout() -> None:
+    """The gate free for a moment (its holder just left, the next waiter not yet running) is
+    not free to a newcomer: it joins the line behind that waiter and, with a timeout of 3 s,
+    hears False at 3 s, not when the line reaches it."""
+    async def scenario() -> list[tuple[str, bool, float]]:
+        loop = asyncio.get_running_loop()
+        gate = RateGate(parse_rate_limit("6/min"))
+        assert await gate.token(0.0)
+        ended: list[tuple[str, bool, float]] = []
+
+        async def first_then_again() -> None:
+            ended.append(("first", await gate.token(60.0), round(loop.time(), 3)))
+            # in the same step as the hand-over: the second waiter has not run yet
+            ended.append(("again", await gate.token(3.0), round(loop.time(), 3)))
+
+        async def second() -> None:
+            ended.append(("second", await gate.token(60.0), round(loop.time(), 3)))
+
+        await asyncio.gather(asyncio.create_task(first_then_again()),
+                             asyncio.create_task(second()))
+        return ended
+
+    assert run_virtual(scenario) == [("first", True, 10.0), ("again", False, 13.0),
+                                  ("second", True, 20.0)]
