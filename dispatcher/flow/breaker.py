@@ -117,7 +117,9 @@ def _rate(value: str) -> float:
 
 _FIELD_OF = {"failure-rate": "failure_rate", "window": "window_s", "min-calls": "min_calls",
              "open": "open_s", "probes": "probes"}
-_PARSE_OF: dict[str, Callable[[str], float]] = {
+# `min-calls` and `probes` are ints: typed so, not as floats an int passes for (compiled code
+# converts a value to the type its table declares)
+_PARSE_OF: dict[str, Callable[[str], float | int]] = {
     "failure-rate": _rate, "window": parse_duration_s, "min-calls": int, "open": parse_duration_s,
     "probes": int}
 
