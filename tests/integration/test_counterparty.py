@@ -185,7 +185,10 @@ async def test_500_concurrent_slow_requests_are_served_concurrently(
         wall_s = time.monotonic() - started
         stats = mock.stats()
     assert [status for status, _, _ in results] == [200] * 500
-    assert delay_s <= wall_s < delay_s + 3.0  # 500 serial calls would take 1,000 s
+    # 500 serial calls would take 1,000 s. The bound leaves room for a loaded machine (the
+    # client and the mock share one event loop; beside the other worker's JVMs on 2 cores it
+    # took 5.09 s once); the exact check of concurrency is the peak below.
+    assert delay_s <= wall_s < 5 * delay_s
     assert stats["peak_concurrency"] == 500
     assert stats["distinct_keys"] == 500
     assert stats["duplicate_requests"] == 0
