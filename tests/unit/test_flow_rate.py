@@ -158,7 +158,7 @@ def test_a_waiter_in_line_for_a_token_gives_up_at_its_own_timeout() -> None:
         return ended
 
     assert run_virtual(scenario) == [("third", False, 3.0), ("first", True, 10.0),
-                                  ("second", True, 20.0)]
+                                     ("second", True, 20.0)]
 
 
 def test_a_waiter_that_gives_up_in_line_passes_the_line_on() -> None:
@@ -184,7 +184,7 @@ def test_a_waiter_that_gives_up_in_line_passes_the_line_on() -> None:
         return ended
 
     assert run_virtual(scenario) == [("revoked", False, 2.5), ("first", True, 10.0),
-                                  ("last", True, 20.0)]
+                                     ("last", True, 20.0)]
 
 
 def test_a_waiter_arriving_as_the_gate_is_handed_on_still_hears_its_timeout() -> None:
@@ -210,4 +210,4 @@ def test_a_waiter_arriving_as_the_gate_is_handed_on_still_hears_its_timeout() ->
         return ended
 
     assert run_virtual(scenario) == [("first", True, 10.0), ("again", False, 13.0),
-                                  ("second", True, 20.0)]
+                                     ("second", True, 20.0)]
