@@ -440,35 +440,50 @@ def profile_command(
              "the table adds the second less the first.")] = "bare-wait-tuned,at-least-once",
     seconds: Annotated[float, typer.Option(help="Sampled seconds per loop and round.",
                                            min=1.0)] = 20.0,
-    rate: Annotated[int, typer.Option(help="py-spy samples per second.", min=1)] = 100,
+    rate: Annotated[int, typer.Option(help="Samples per second.", min=1)] = 100,
     rounds: Annotated[int, typer.Option(help="Sampled windows per loop (the order alternates); "
                                              "their samples add up.", min=1)] = 1,
     records: Annotated[int, typer.Option(help="Backlog per loop and round: enough to outlast "
                                               "the sampling.", min=1000)] = 120_000,
+    sampler: Annotated[str, typer.Option(
+        help="py-spy, or perf: the kernel's CPU clock, which does not stop the loop (needs "
+             "Linux perf and Python 3.12 or later); with two loops it adds the functions that "
+             "differ most.")] = "py-spy",
+    functions: Annotated[int, typer.Option(help="With --sampler perf: how many functions to "
+                                                "list.", min=0)] = 40,
     bootstrap_servers: BootstrapServers = None,
 ) -> None:
-    """Where a loop's CPU per record goes, by component (py-spy over a steady state).
+    """Where a loop's CPU per record goes, by component (sampled over a steady state).
 
     By default the protocol floor on the pod's event loop and collector thresholds
     (bare-wait-tuned) and the pod at N = 1000: the last column is what the engine adds above the
     two acknowledged writes."""
-    from loadtest.bench.profile import markdown, profile_loops  # noqa: PLC0415
+    from loadtest.bench.profile import (  # noqa: PLC0415
+        SAMPLERS,
+        markdown,
+        markdown_functions,
+        profile_loops,
+    )
     from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
 
     modes = [m.strip() for m in loops.split(",") if m.strip()]
     if not modes or any(m not in ("at-least-once", *BASELINES, *PEERS) for m in modes):
         _fail(f"--loops: {loops!r}; choose among at-least-once, "
               f"{', '.join((*BASELINES, *PEERS))}", CONFIG_EXIT_CODE)
+    if sampler not in SAMPLERS:
+        _fail(f"--sampler: {sampler!r}; choose {' or '.join(SAMPLERS)}", CONFIG_EXIT_CODE)
     console = Console(stderr=True)
     try:
         with console.status("profile: starting") as status:
             profiles = asyncio.run(profile_loops(
                 resolve_bootstrap_servers(bootstrap_servers), Path("reports/profile"), modes,
                 window, records=records, seconds=seconds, rate=rate, rounds=rounds,
-                on_progress=lambda text: status.update(f"profile: {text}")))
+                sampler=sampler, on_progress=lambda text: status.update(f"profile: {text}")))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(profiles))
+    if sampler == "perf" and len(profiles) == 2 and functions:
+        typer.echo(markdown_functions(profiles, functions))
 
 
 @app.command("interpreters",

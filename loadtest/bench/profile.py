@@ -15,6 +15,14 @@ component's CPU per record is its share of the samples times the loop's CPU per 
 (py-spy's ptrace stops included, so the figures are a few percent above an unsampled run's);
 the pod's column less the floor's is what the engine adds above the protocol's two
 acknowledged writes.
+
+With `--sampler perf` (Linux `perf`, and Python 3.12 or later for its perf trampolines: run it
+from such an environment) the loops are sampled by the kernel's CPU clock instead, which stops
+nothing: py-spy interrupts the process with ptrace, and its samples gather at system calls
+(BENCHMARKS.md, "The pod's cost per record, sampled by the kernel"). perf unwinds each stack up
+to the innermost Python function, so a sample is charged to that function with everything it
+called in C (a uuid5, a socket write, a frame it frees); a sample with no Python frame is the
+event loop's. The table then adds the functions that differ most between the two loops.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import collections
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +130,67 @@ def tally(raw_lines: Iterable[str]) -> collections.Counter[str]:
     return counts
 
 
+SAMPLERS = ("py-spy", "perf")
+PERF_PYTHON = (3, 12)  # the first with perf trampolines (PYTHONPERFSUPPORT)
+NO_PYTHON_FRAME = "event loop and sockets (uvloop)"
+_PATH_PREFIXES = ("site-packages/", "/lib/python3.")
+
+
+def perf_samples(script_lines: Iterable[str]) -> Iterator[tuple[str, ...]]:
+    """Each sample's frames, the innermost first, from `perf script -F ip,sym` (an address and a
+    symbol per line, a blank line after each sample)."""
+    frames: list[str] = []
+    for line in script_lines:
+        text = line.strip()
+        if text:
+            _, _, symbol = text.partition(" ")
+            frames.append(symbol)
+        elif frames:
+            yield tuple(frames)
+            frames = []
+    if frames:
+        yield tuple(frames)
+
+
+def python_function(frame: str) -> str | None:
+    """`Func (path)` for a perf trampoline's symbol (`py::Func:/…/path.py`), else None; the
+    path is cut to the package (`aiohttp/client.py`) or the project (`dispatcher/…`)."""
+    if not frame.startswith("py::"):
+        return None
+    function, _, path = frame[4:].partition(":")
+    for prefix in _PATH_PREFIXES:
+        at = path.find(prefix)
+        if at >= 0:
+            path = path[at + len(prefix):]
+            if prefix == "/lib/python3.":
+                path = path.partition("/")[2]  # the standard library: "asyncio/timeouts.py"
+            break
+    else:
+        for top in ("dispatcher/", "loadtest/"):
+            if (at := path.find(top)) >= 0:
+                path = path[at:]
+                break
+    return f"{function} ({path})"
+
+
+def perf_tally(script_lines: Iterable[str]) -> tuple[collections.Counter[str],
+                                                     collections.Counter[str]]:
+    """Samples per component and per Python function from `perf script` output: a sample
+    goes to its innermost Python function (with the C it called), or to the event loop when it
+    has none; a function of no component (the standard library's) is the interpreter's."""
+    components: collections.Counter[str] = collections.Counter()
+    functions: collections.Counter[str] = collections.Counter()
+    for frames in perf_samples(script_lines):
+        function = next((f for f in map(python_function, frames) if f is not None), None)
+        if function is None:
+            components[NO_PYTHON_FRAME] += 1
+            functions[f"(no Python frame: {frames[0]})"] += 1
+            continue
+        components[component_of(function) or OTHER] += 1
+        functions[function] += 1
+    return components, functions
+
+
 @dataclass
 class LoopProfile:
     """A loop's samples per component and what it cost over the sampled windows."""
@@ -129,6 +198,7 @@ class LoopProfile:
     mode: str
     window: int
     samples: collections.Counter[str] = field(default_factory=collections.Counter)
+    functions: collections.Counter[str] = field(default_factory=collections.Counter)
     cpu_s: float = 0.0
     calls: int = 0
     seconds: float = 0.0
@@ -145,6 +215,10 @@ class LoopProfile:
         total = sum(self.samples.values())
         return self.cpu_ms_per_record * self.samples[component] / total if total else 0.0
 
+    def function_us_per_record(self, function: str) -> float:
+        total = sum(self.functions.values())
+        return 1000 * self.cpu_ms_per_record * self.functions[function] / total if total else 0.0
+
 
 def py_spy() -> str:
     """The py-spy executable beside this interpreter (the `loadtest` extra), or on PATH."""
@@ -156,18 +230,52 @@ def py_spy() -> str:
     return found
 
 
-async def _sample(pid: int, seconds: float, rate: int, out: Path) -> None:
+def check_sampler(sampler: str) -> None:
+    """HarnessError when `sampler` cannot run here (checked before any loop starts)."""
+    if sampler == "py-spy":
+        py_spy()
+    elif sampler == "perf":
+        if shutil.which("perf") is None:
+            raise HarnessError("perf is not installed (Debian: apt-get install linux-perf)")
+        if sys.version_info < PERF_PYTHON:
+            raise HarnessError(
+                f"--sampler perf needs Python {PERF_PYTHON[0]}.{PERF_PYTHON[1]} or later (its "
+                f"perf trampolines name the Python functions); this is "
+                f"{sys.version.split()[0]}: run it from an environment made with one "
+                f"(UV_PROJECT_ENVIRONMENT=DIR uv sync --frozen --extra loadtest --python 3.12)")
+    else:
+        raise HarnessError(f"unknown sampler {sampler!r}; choose {' or '.join(SAMPLERS)}")
+
+
+async def _run(*argv: str) -> None:
     process = await asyncio.create_subprocess_exec(
-        py_spy(), "record", "--pid", str(pid), "--duration", f"{seconds:g}", "--rate", str(rate),
-        "--native", "--format", "raw", "--output", str(out),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     _, err = await process.communicate()
     if process.returncode != 0:
-        raise HarnessError(f"py-spy failed ({process.returncode}): {err.decode()[-500:]}")
+        raise HarnessError(f"{argv[0]} failed ({process.returncode}): {err.decode()[-500:]}")
+
+
+async def _sample(sampler: str, pid: int, seconds: float, rate: int, out: Path) -> None:
+    if sampler == "py-spy":
+        await _run(py_spy(), "record", "--pid", str(pid), "--duration", f"{seconds:g}",
+                   "--rate", str(rate), "--native", "--format", "raw", "--output", str(out))
+        return
+    data = out.with_suffix(".perf")
+    await _run("perf", "record", "-e", "cpu-clock", "-F", str(rate), "--call-graph",
+               "dwarf,16384", "-p", str(pid), "-o", str(data), "--", "sleep", f"{seconds:g}")
+    with out.open("wb") as script:
+        process = await asyncio.create_subprocess_exec(
+            "perf", "script", "-i", str(data), "-F", "ip,sym", stdout=script,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await process.communicate()
+    await asyncio.to_thread(data.unlink)  # tens of MB; the script's text is kept
+    if process.returncode != 0:
+        raise HarnessError(f"perf script failed ({process.returncode}): {err.decode()[-500:]}")
 
 
 async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *, records: int,
-                        seconds: float, rate: int, on_progress: Callable[[str], None]) -> None:
+                        seconds: float, rate: int, sampler: str,
+                        on_progress: Callable[[str], None]) -> None:
     """One sampled window of `profile`'s loop, added to it."""
     spec = RunSpec(profile.mode, profile.window, MODEL, records)
     tag = f"profile-{profile.mode}-{profile.window}-{time.time_ns() % 10**9}"
@@ -183,7 +291,8 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
             url = f"http://127.0.0.1:{mock_port}/"
             await wait_http(session, f"{url}stats", mock, work_dir / f"{tag}-mock.log")
             loop = spawn(loop_args(spec, tag, tag, url, bootstrap=bootstrap,
-                                   metrics_port=free_port()), work_dir / f"{tag}.log")
+                                   metrics_port=free_port()), work_dir / f"{tag}.log",
+                         env={"PYTHONPERFSUPPORT": "1"} if sampler == "perf" else None)
             process = psutil.Process(loop.pid)
             deadline = time.monotonic() + 600
             while (calls := await mock_calls_seen(session, url)) < START_SHARE * records:
@@ -194,7 +303,7 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
             on_progress(f"{profile.mode} N={profile.window}: sampling for {seconds:g} s")
             before = process.cpu_times()
             started = time.monotonic()
-            await _sample(loop.pid, seconds, rate, work_dir / f"{tag}.raw")
+            await _sample(sampler, loop.pid, seconds, rate, work_dir / f"{tag}.raw")
             after = process.cpu_times()
             ended = time.monotonic()
             called = await mock_calls_seen(session, url) - calls
@@ -206,7 +315,14 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
             await asyncio.to_thread(stop, loop)
         await asyncio.to_thread(stop, mock)
     with (work_dir / f"{tag}.raw").open() as raw:
-        profile.samples.update(tally(raw))
+        if sampler == "perf":
+            components, functions = perf_tally(raw)
+            profile.samples.update(components)
+            profile.functions.update(functions)
+        else:
+            profile.samples.update(tally(raw))
+    if sampler == "perf":  # the trampolines' symbol map, one per process
+        await asyncio.to_thread(Path(f"/tmp/perf-{process.pid}.map").unlink, missing_ok=True)
     profile.cpu_s += after.user + after.system - before.user - before.system
     profile.calls += called
     profile.seconds += ended - started
@@ -214,16 +330,19 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
 
 async def profile_loops(bootstrap: str, work_dir: Path, modes: Sequence[str], window: int, *,
                         records: int, seconds: float, rate: int, rounds: int,
+                        sampler: str = "py-spy",
                         on_progress: Callable[[str], None] = lambda _: None,
                         ) -> list[LoopProfile]:
     """`rounds` sampled windows of each loop in `modes` at `window`, one loop after the other,
     the order reversed every other round."""
+    check_sampler(sampler)
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     profiles = [LoopProfile(mode, window) for mode in modes]
     for round_ in range(rounds):
         for profile in (reversed(profiles) if round_ % 2 else profiles):
             await _profile_once(profile, bootstrap, work_dir, records=records,
-                                seconds=seconds, rate=rate, on_progress=on_progress)
+                                seconds=seconds, rate=rate, sampler=sampler,
+                                on_progress=on_progress)
     return profiles
 
 
@@ -255,3 +374,20 @@ def markdown(profiles: Sequence[LoopProfile]) -> str:
         f"{sum(p.samples.values()):,}" for p in profiles) + (" | |" if pair else " |"))
     return "\n".join(rows) + "\n"
 
+
+
+def markdown_functions(profiles: Sequence[LoopProfile], top: int) -> str:
+    """With two loops sampled by perf: the `top` Python functions whose CPU per record (with
+    the C they call) differs most, the second loop's less the first's, largest first."""
+    first, second = profiles
+    names = set(first.functions) | set(second.functions)
+
+    def added(name: str) -> float:
+        return second.function_us_per_record(name) - first.function_us_per_record(name)
+
+    rows = [f"| function | {first.mode} µs/record | {second.mode} µs/record | "
+            f"{second.mode} less {first.mode} |", "|---|---:|---:|---:|"]
+    rows += [f"| `{name}` | {first.function_us_per_record(name):.1f} | "
+             f"{second.function_us_per_record(name):.1f} | {added(name):+.1f} |"
+             for name in sorted(names, key=lambda n: (-abs(added(n)), n))[:top]]
+    return "\n".join(rows) + "\n"

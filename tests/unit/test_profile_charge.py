@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
-from loadtest.bench.profile import OTHER, LoopProfile, charge, markdown, tally
+from loadtest.bench.profile import (
+    NO_PYTHON_FRAME,
+    OTHER,
+    LoopProfile,
+    charge,
+    markdown,
+    markdown_functions,
+    perf_tally,
+    python_function,
+    tally,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -83,3 +95,62 @@ def test_raw_lines_add_up_by_component_and_the_table_gives_ms_per_record() -> No
     assert "| HTTP call (aiohttp, the handler) | 0.200 (100%) | 0.210 (70%) | +0.010 |" in table
     assert "| all (CPU ms/record while sampled) | **0.200** | **0.300** | **+0.100** |" in table
     assert "| records/s while sampled | 2,500 | 2,000 | |" in table
+
+
+# `perf script -F ip,sym` of three samples, the innermost frame first; perf's unwinder stops at
+# the first Python frame (a trampoline of Python 3.12's perf support).
+PERF_SCRIPT = """
+\t          1cfe16 _PyObject_Malloc
+\t          1139dd _PyEval_EvalFrameDefault
+\t    7f349f2e281c py::AckedWriter.write:/work/main/dispatcher/kafka/clients.py
+
+\t           f838f __GI___libc_write
+\t           9ede0 __pyx_f_6uvloop_4loop_8UVStream__try_write
+\t          110811 _PyEval_EvalFrameDefault
+\t 7f349f2e25d5 py::StreamWriter._writelines:/v/lib/python3.12/site-packages/aiohttp/http_writer.py
+
+\t          2a65e1 Py_DECREF
+\t    7f349f2e2bce py::Timeout.reschedule:/py/lib/python3.12/asyncio/timeouts.py
+
+\t          10bdc0 uv__io_poll
+
+\t          10bdc0 _PyEval_EvalFrameDefault
+\t    7f349f2e2bce py::uuid5:/root/.pyenv/versions/3.12.1/lib/python3.12/uuid.py
+"""
+
+
+def test_a_perf_trampoline_names_the_function_and_its_package_path() -> None:
+    assert python_function("py::AckedWriter.write:/work/main/dispatcher/kafka/clients.py") == (
+        "AckedWriter.write (dispatcher/kafka/clients.py)")
+    assert python_function(
+        "py::ClientSession._request:/v/lib/python3.12/site-packages/aiohttp/client.py") == (
+        "ClientSession._request (aiohttp/client.py)")
+    assert python_function("py::timeout:/py/lib/python3.12/asyncio/timeouts.py") == (
+        "timeout (asyncio/timeouts.py)")
+    assert python_function("_PyEval_EvalFrameDefault") is None
+
+
+def test_perf_charges_a_sample_to_its_innermost_python_function_with_the_c_it_called() -> None:
+    components, functions = perf_tally(PERF_SCRIPT.splitlines())
+    assert components == {"producer (send, AckedWriter)": 1,
+                          "HTTP call (aiohttp, the handler)": 1,  # its socket write included
+                          "asyncio tasks, futures, timers": 1,
+                          NO_PYTHON_FRAME: 1,
+                          OTHER: 1}  # the standard library's uuid5: no component of its own
+    assert functions["AckedWriter.write (dispatcher/kafka/clients.py)"] == 1
+    assert functions["(no Python frame: uv__io_poll)"] == 1
+    assert sum(functions.values()) == 5
+
+
+def test_the_function_table_lists_the_largest_differences_first() -> None:
+    floor = LoopProfile("bare-wait", 100, functions=collections.Counter(
+        {"post (loadtest/bench/bare.py)": 40, "ClientSession._request (aiohttp/client.py)": 60}),
+        cpu_s=1.0, calls=10_000)
+    pod = LoopProfile("at-least-once", 100, functions=collections.Counter(
+        {"RecordPath._walk (dispatcher/pod/lifecycle.py)": 50,
+         "ClientSession._request (aiohttp/client.py)": 50}), cpu_s=1.5, calls=10_000)
+    table = markdown_functions([floor, pod], top=2)
+    lines = table.splitlines()
+    assert lines[2] == "| `RecordPath._walk (dispatcher/pod/lifecycle.py)` | 0.0 | 75.0 | +75.0 |"
+    assert lines[3] == "| `post (loadtest/bench/bare.py)` | 40.0 | 0.0 | -40.0 |"
+    assert len(lines) == 4  # top=2: aiohttp's (60.0 and 75.0, +15.0) left out
