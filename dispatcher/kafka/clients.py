@@ -124,7 +124,7 @@ class AckedWriter:
                     partition: int | None = None) -> int:
         """Write `record` (to `partition`, or where the default partitioner puts it) and wait
         for its acknowledgement; the partition it was written to."""
-        headers = [(name, value) for name, value in record.headers]
+        headers = list(record.headers)  # aiokafka's type; the pairs are tuples already
         self._check_size(topic, record.key, record.value, headers)
         producer = self._producer
         try:  # the common case, without the retry machinery's cost per record
@@ -141,8 +141,10 @@ class AckedWriter:
         limit = self._limits.get(topic)
         if limit is None:
             return
-        payload = len(key or b"") + len(value or b"")
-        if payload + 4096 + sum(len(n) + len(v or b"") for n, v in headers) * 2 < limit:
+        bound = len(key or b"") + len(value or b"") + 4096
+        for name, header_value in headers:  # a loop: a generator's frame costs more per record
+            bound += 2 * (len(name) + len(header_value or b""))
+        if bound < limit:
             return  # clearly small enough: skip the exact estimate on the hot path
         size = BATCH_OVERHEAD_BYTES + DefaultRecordBatchBuilder.estimate_size_in_bytes(
             key, value, headers)

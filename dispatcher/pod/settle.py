@@ -72,6 +72,8 @@ class OutcomeWriter:
         self._writer = writer
         self._topics = topics
         self._metrics = metrics
+        # bound once: prometheus-client looks a labelled child up under a lock on every call
+        self._succeeded = metrics.outcomes.labels(SUCCESS)
 
     async def settle(self, source: SourceRecord, wait_id: str, outcome: CallOutcome) -> None:
         if outcome.ok:
@@ -85,7 +87,7 @@ class OutcomeWriter:
                                                            f"succeeded but its result: {exc}"))
                     return
             tracing.outcome(SUCCESS, result_topic if result is not None else None)
-            self._metrics.outcomes.labels(SUCCESS).inc()
+            self._succeeded.inc()
             return
         failure = outcome.failure or Failure("UnknownError", "the call failed without a reason")
         await self.dead_letter(source, failure)
