@@ -375,7 +375,6 @@ def markdown(profiles: Sequence[LoopProfile]) -> str:
     return "\n".join(rows) + "\n"
 
 
-
 def markdown_functions(profiles: Sequence[LoopProfile], top: int) -> str:
     """With two loops sampled by perf: the `top` Python functions whose CPU per record (with
     the C they call) differs most, the second loop's less the first's, largest first."""

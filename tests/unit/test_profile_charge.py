@@ -97,7 +97,7 @@ def test_raw_lines_add_up_by_component_and_the_table_gives_ms_per_record() -> No
     assert "| records/s while sampled | 2,500 | 2,000 | |" in table
 
 
-# `perf script -F ip,sym` of three samples, the innermost frame first; perf's unwinder stops at
+# `perf script -F ip,sym` of five samples, the innermost frame first; perf's unwinder stops at
 # the first Python frame (a trampoline of Python 3.12's perf support).
 PERF_SCRIPT = """
 \t          1cfe16 _PyObject_Malloc
