@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import aiohttp
 import psutil
@@ -247,9 +248,9 @@ def check_sampler(sampler: str) -> None:
         raise HarnessError(f"unknown sampler {sampler!r}; choose {' or '.join(SAMPLERS)}")
 
 
-async def _run(*argv: str) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+async def _run(*argv: str, stdout: IO[bytes] | int = asyncio.subprocess.DEVNULL) -> None:
+    process = await asyncio.create_subprocess_exec(*argv, stdout=stdout,
+                                                   stderr=asyncio.subprocess.PIPE)
     _, err = await process.communicate()
     if process.returncode != 0:
         raise HarnessError(f"{argv[0]} failed ({process.returncode}): {err.decode()[-500:]}")
@@ -263,14 +264,11 @@ async def _sample(sampler: str, pid: int, seconds: float, rate: int, out: Path) 
     data = out.with_suffix(".perf")
     await _run("perf", "record", "-e", "cpu-clock", "-F", str(rate), "--call-graph",
                "dwarf,16384", "-p", str(pid), "-o", str(data), "--", "sleep", f"{seconds:g}")
-    with out.open("wb") as script:
-        process = await asyncio.create_subprocess_exec(
-            "perf", "script", "-i", str(data), "-F", "ip,sym", stdout=script,
-            stderr=asyncio.subprocess.PIPE)
-        _, err = await process.communicate()
-    await asyncio.to_thread(data.unlink)  # tens of MB; the script's text is kept
-    if process.returncode != 0:
-        raise HarnessError(f"perf script failed ({process.returncode}): {err.decode()[-500:]}")
+    try:
+        with out.open("wb") as script:
+            await _run("perf", "script", "-i", str(data), "-F", "ip,sym", stdout=script)
+    finally:
+        await asyncio.to_thread(data.unlink)  # tens of MB; the script's text is kept
 
 
 async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *, records: int,
