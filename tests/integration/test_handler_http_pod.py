@@ -19,11 +19,17 @@ async def test_the_built_in_handler_keeps_the_whole_window_in_flight(
 ) -> None:
     """The built-in HTTP handler's pool capped calls at 100 connections whatever the window, so
     at --concurrency 300 two thirds of the window queued for a connection (fewer calls per
-    second, more CPU per record). Its pool now holds as many connections as the window."""
+    second, more CPU per record). Its pool now holds as many connections as the window: the
+    counterparty holds all 300 calls at once.
+
+    Calls take 3 s, so the whole first wave is open together even when the shared machine
+    prepares it slowly (a 1 s call counted calls begun within a second: 238 of 240 once, on
+    a loaded run), and the loop guard is off: it may hold the window back on a loaded loop,
+    which is its job, not the pool's."""
     topic, group, window = unique_name("orders"), unique_name("billing"), 300
     await create_topic(kafka_bootstrap, topic, partitions=3)
     await produce(kafka_bootstrap, topic, 2 * window, progress=False)
-    async with RecordingCounterparty(lambda _body: Answer(delay_s=1.0)) as counterparty:
+    async with RecordingCounterparty(lambda _body: Answer(delay_s=3.0)) as counterparty:
         monkeypatch.setenv("WAITLINE_HTTP_URL", counterparty.url)
 
         async def all_called() -> bool:
@@ -32,7 +38,7 @@ async def test_the_built_in_handler_keeps_the_whole_window_in_flight(
         await run_pod_until(load_settings(
             input_topic=topic, group=group, bootstrap_servers=kafka_bootstrap,
             handler="dispatcher.handlers.http:handler", concurrency=window,
-            commit_interval="200ms"), all_called, timeout_s=60)
-    assert counterparty.peak_rate_per_s() >= 0.8 * window, (
-        f"at most {counterparty.peak_rate_per_s():.0f} calls began within a second of 1 s "
-        f"calls, window {window}")
+            loop_lag_target=0, commit_interval="200ms"), all_called, timeout_s=60)
+    assert counterparty.peak_open_calls == window, (
+        f"the counterparty held at most {counterparty.peak_open_calls} calls at once, window "
+        f"{window}")
