@@ -25,6 +25,7 @@ AHEAD_SHARE = 10  # records prepared ahead: a tenth of the window …
 AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …
 AHEAD_MAX = 100  # … at most a hundred (what a big window's prepares need; memory stays bound)
 CLOSING_SHARE = 10  # tombstones written behind the window: at most a tenth of it at once
+REFILL_SHARE = 2  # the records prepared ahead are admitted again once half of them are called
 
 HeldT = TypeVar("HeldT")
 
@@ -32,6 +33,13 @@ HeldT = TypeVar("HeldT")
 def prepared_ahead(window: int) -> int:
     """How many records beyond a window of `window` calls are admitted and prepared ahead."""
     return min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)
+
+
+def refill_at(window: int) -> int:
+    """The room a window of `window` calls waits for before it admits records again: half its
+    records prepared ahead (at least one). One fetch then admits several records, not one for
+    each call that ends; the calls still find records prepared for them."""
+    return max(1, prepared_ahead(window) // REFILL_SHARE)
 
 
 def tombstones_behind(window: int) -> int:
@@ -138,6 +146,7 @@ class Window(Generic[HeldT]):
         self.tasks: dict[asyncio.Task[None], HeldT] = {}
         self._behind: set[asyncio.Task[Any]] = set()
         self._freed = asyncio.Event()
+        self._wake_at = 0  # `freed` wakes once no more than this many records hold a slot
 
     @property
     def in_flight(self) -> int:
@@ -146,15 +155,21 @@ class Window(Generic[HeldT]):
 
     def room(self) -> int:
         """How many more records may be admitted now: the calls and the records prepared
-        ahead of them, less those held; an open circuit admits nothing new (docs/DESIGN.md)."""
+        ahead of them, less those held, once that is at least `refill_at` (else 0); an open
+        circuit admits nothing new (docs/DESIGN.md)."""
         calls = self._size()
         free = calls + prepared_ahead(calls) - self.in_flight
+        if free < refill_at(calls):
+            return 0
         if self._circuit is not None:
             free = self._circuit.admits(free, self.in_flight)
         return free
 
     async def freed(self, timeout_s: float) -> bool:
-        """Whether a record left the window (or went behind it) within `timeout_s`."""
+        """Whether records left the window (or went behind it) within `timeout_s`, until it
+        has `refill_at` room again."""
+        calls = self._size()
+        self._wake_at = calls + prepared_ahead(calls) - refill_at(calls)
         self._freed.clear()
         try:
             async with asyncio.timeout(timeout_s):
@@ -179,5 +194,6 @@ class Window(Generic[HeldT]):
         self._changed()
 
     def _changed(self) -> None:
-        self._freed.set()
+        if self.in_flight <= self._wake_at:
+            self._freed.set()
         self._metrics.in_flight.set(self.in_flight)
