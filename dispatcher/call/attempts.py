@@ -3,10 +3,11 @@
 `--counterparty-url` alike.
 
 The engine keeps owning ordering, offsets, the wait topic, the DLQ and tombstones; this loop
-owns one call: it builds the public `Record`, runs the handler under ONE deadline, retries
-`Retryable` with capped, jittered exponential backoff (or the handler's `delay_s`, e.g. a
-`Retry-After`) inside that deadline, tells each attempt's health to the `AttemptObserver`
-(`attempt_health`), and turns the end into an outcome:
+owns one call: it builds the public `Record`, runs the handler under ONE deadline (one timer
+for all of a pod's calls: `Deadlines`), retries `Retryable` with capped, jittered exponential
+backoff (or the handler's `delay_s`, e.g. a `Retry-After`) inside that deadline, tells each
+attempt's health to the `AttemptObserver` (`attempt_health`), and turns the end into an
+outcome:
 
 - a return value → success; bytes and str (as UTF-8) become the result record's value, None
   means no result record, a `CallSummary` asks for Waitline's JSON summary of the call; any
@@ -40,6 +41,7 @@ from dispatcher.call.contract import (
     ResultValue,
     ignore_attempt,
 )
+from dispatcher.call.deadlines import Deadlines
 from dispatcher.call.handler import CallSummary, Handler, HandlerResult, Record, Retryable
 from dispatcher.call.outcomes import RetryPolicy, deadline_outcome
 from dispatcher.clock import monotonic_s
@@ -166,6 +168,7 @@ class HandlerCounterparty:
         self._sleep = sleep
         self._clock = clock
         self._observe = observer
+        self._deadlines = Deadlines(policy.deadline_s)
 
     def call(self, request: CallRequest) -> Coroutine[None, None, CallOutcome]:
         """Run the handler for `request.source` until it returns, fails, or the deadline: the
@@ -182,9 +185,9 @@ class HandlerCounterparty:
         last_retryable: Retryable | None = None
         running = False
         started = attempt_started = self._clock()
-        deadline = asyncio.timeout(self._policy.deadline_s)
+        deadline = self._deadlines.begin()
         try:
-            async with deadline:
+            try:
                 while True:
                     attempts += 1
                     running = True
@@ -202,8 +205,10 @@ class HandlerCounterparty:
                     running = False
                     self._observe(CallResult.SUCCESS, attempt_started)
                     return self._succeeded(returned, attempts, started)
-        except TimeoutError as exc:
-            if deadline.expired():
+            finally:
+                struck = self._deadlines.end(deadline)
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            if struck:  # the deadline's (as a CancelledError, or as the handler turned it)
                 if running:
                     self._observe(CallResult.TIMEOUT, attempt_started)
                 return deadline_outcome(
@@ -214,10 +219,10 @@ class HandlerCounterparty:
                     deadline_s=self._policy.deadline_s,
                     waiting_for_answer=running,
                 )
-            if running:  # the handler's own timeout
-                self._observe(CallResult.TIMEOUT, attempt_started)
-            return self._failed(exc, attempts, started)
-        except asyncio.CancelledError as exc:
+            if isinstance(exc, TimeoutError):  # the handler's own timeout
+                if running:
+                    self._observe(CallResult.TIMEOUT, attempt_started)
+                return self._failed(exc, attempts, started)
             if _being_cancelled():
                 raise  # the pod stops or drops the record: not the handler's doing
             # The handler's own CancelledError (a client it cancelled, a task it awaited) is
