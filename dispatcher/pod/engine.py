@@ -271,7 +271,6 @@ class AtLeastOnceEngine:
                         f"{record.topic}/{record.partition}@{record.offset}", ticket)
             self._last_fetched_ms = record.timestamp
         self._metrics.fetched.inc(len(records))
-        self._metrics.in_flight.set(self.in_flight)
 
     def _spawn(self, work: Coroutine[Any, Any, None], coordinates: str,
                ticket: RecordTicket) -> None:

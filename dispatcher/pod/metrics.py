@@ -7,24 +7,94 @@ stall, and the fatal error if there was one. `/status` is the pod's status docum
 console's pods view (`dispatcher/pod/status.py`: window, records by state, stalled records,
 breaker, rate limit; read-only, no payloads, no secrets).
 Each `DispatcherMetrics` has its own registry, so tests can run several engines in one process.
+
+The series a record updates on its path (records fetched and prepared, the two latency
+histograms) are `LoopCounter` and `LoopHistogram`: only the pod's event loop writes them, and
+`/metrics` is served on that same loop, so they take no lock (prometheus-client's metrics take
+one on every update); `waitline_in_flight` is read from the window when served.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from dispatcher.pod.stalls import PartitionStall
 
 LATENCY_BUCKETS_S = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
                      60.0, 120.0)
 
+_bucket_label: Callable[[float], str] = floatToGoString  # as prometheus-client writes `le`
+
 RECORD_BUCKETS_S = (0.05, 0.1, 0.15, 0.2, 0.225, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.1, 1.25, 1.5,
                     2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 61.0, 65.0, 75.0, 90.0, 120.0)
+
+
+class LoopCounter:
+    """A counter only the pod's event loop adds to (see the module's docstring)."""
+
+    __slots__ = ("_created", "documentation", "name", "value")
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.value = 0.0
+        self._created = time.time()
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError(f"a counter only goes up: {self.name} by {amount}")
+        self.value += amount
+
+    def family(self) -> Metric:
+        return CounterMetricFamily(self.name, self.documentation, value=self.value,
+                                   created=self._created)
+
+
+class LoopHistogram:
+    """A histogram only the pod's event loop observes into (see the module's docstring)."""
+
+    __slots__ = ("_bounds", "counts", "documentation", "name", "sum")
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+        if list(buckets) != sorted(set(buckets)):
+            raise ValueError(f"{name}: buckets must be distinct and ascending: {buckets}")
+        self.name = name
+        self.documentation = documentation
+        self._bounds = tuple(buckets)
+        self.counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect_left(self._bounds, amount)] += 1  # the first bound >= amount
+        self.sum += amount
+
+    def family(self) -> Metric:
+        cumulative: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip((*self._bounds, float("inf")), self.counts, strict=True):
+            total += count
+            cumulative.append((_bucket_label(bound), total))
+        return HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
+                                     sum_value=self.sum)
+
+
+class LoopSeries:
+    """The registry's collector of a pod's `LoopCounter`s and `LoopHistogram`s."""
+
+    def __init__(self, series: Sequence[LoopCounter | LoopHistogram]) -> None:
+        self._series = series
+
+    def collect(self) -> Iterable[Metric]:
+        return [one.family() for one in self._series]
 
 
 class DispatcherMetrics:
@@ -33,12 +103,11 @@ class DispatcherMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.fetched = Counter("waitline_records_fetched", "Records fetched from input topics.",
-                               registry=r)
-        self.prepared = Counter("waitline_records_prepared",
-                                "Records made committable: their call started (after their wait "
-                                "record was acknowledged), or their own DLQ record was.",
-                                registry=r)
+        self.fetched = LoopCounter("waitline_records_fetched",
+                                   "Records fetched from input topics.")
+        self.prepared = LoopCounter("waitline_records_prepared",
+                                    "Records made committable: their call started (after their "
+                                    "wait record was acknowledged), or their own DLQ record was.")
         self.outcomes = Counter("waitline_records_finished",
                                 "Records finished, by outcome (success, failure class).",
                                 ["outcome"], registry=r)
@@ -53,13 +122,15 @@ class DispatcherMetrics:
         self.latency_floor = Gauge("waitline_latency_floor_seconds",
                                    "The adaptive window's latency floor: the lowest median "
                                    "attempt latency it has seen.", registry=r)
-        self.call_latency = Histogram("waitline_counterparty_latency_seconds",
-                                      "Counterparty call time, retries included.",
-                                      buckets=LATENCY_BUCKETS_S, registry=r)
-        self.record_duration = Histogram("waitline_record_duration_seconds",
-                                         "Time from fetch until the record is finished "
-                                         "(outcome durable; in batch mode, its batch committed).",
-                                         buckets=RECORD_BUCKETS_S, registry=r)
+        self.call_latency = LoopHistogram("waitline_counterparty_latency_seconds",
+                                          "Counterparty call time, retries included.",
+                                          LATENCY_BUCKETS_S)
+        self.record_duration = LoopHistogram("waitline_record_duration_seconds",
+                                             "Time from fetch until the record is finished "
+                                             "(outcome durable; in batch mode, its batch "
+                                             "committed).", RECORD_BUCKETS_S)
+        r.register(LoopSeries((self.fetched, self.prepared, self.call_latency,
+                                self.record_duration)))
         self.commit_lag = Gauge("waitline_committed_offset_lag",
                                 "Records between the committed offset and the high watermark, "
                                 "summed over assigned partitions.", registry=r)

@@ -140,13 +140,13 @@ class Window(Generic[HeldT]):
                  metrics: DispatcherMetrics) -> None:
         self._size = size  # calls allowed at once: fixed or adaptive, within the loop guard
         self._circuit = circuit
-        self._metrics = metrics
         self.calls = CallSlots(
             size, None if circuit is None else (lambda running: circuit.admits(1, running) > 0))
         self.tasks: dict[asyncio.Task[None], HeldT] = {}
         self._behind: set[asyncio.Task[Any]] = set()
         self._freed = asyncio.Event()
         self._wake_at = 0  # `freed` wakes once no more than this many records hold a slot
+        metrics.in_flight.set_function(lambda: self.in_flight)
 
     @property
     def in_flight(self) -> int:
@@ -196,4 +196,3 @@ class Window(Generic[HeldT]):
     def _changed(self) -> None:
         if self.in_flight <= self._wake_at:
             self._freed.set()
-        self._metrics.in_flight.set(self.in_flight)
