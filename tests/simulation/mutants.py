@@ -107,6 +107,11 @@ MUTANTS = [
            "                    await self._writer.write(result_topic, result)\n",
            "                    pass\n",
            "A handler's value is written as a result record before the tombstone."),
+    # --- the call's deadline (dispatcher/call/deadlines.py) ---
+    Mutant("deadline-timer-not-armed-again", "dispatcher/call/deadlines.py",
+           "                self._arm(loop, oldest.at)\n", "                pass\n",
+           "A call ends by its deadline: the one timer is not armed again for the oldest call "
+           "left, so its deadline strikes only when a later call's timer fires."),
     # --- the window (dispatcher/pod/window.py, engine.py) ---
     Mutant("window-one-too-large", "dispatcher/pod/window.py",
            "        return self._running < self._size() and (",

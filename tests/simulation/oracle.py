@@ -71,7 +71,7 @@ def check(log: RunLog) -> list[str]:
         uncalled_waits_are_closed, revoked_records_are_not_prepared, repeats_are_bounded,
         key_order, window_bound,
         window_holds_its_bounds, rate_bound, drain_starts_no_new_call,
-        revokes_leave_half_the_timeout,
+        revokes_leave_half_the_timeout, calls_end_by_their_deadline,
     ]
     if _batch(log):
         # The batch baseline (`dispatcher/pod/batch.py`) has no wait topic: it commits a batch
@@ -673,6 +673,25 @@ def revokes_leave_half_the_timeout(log: RunLog) -> list[str]:
                        f"(at most {allowed:.2f}s)")
     out += [f"{member} was kicked from its group during a revoke" for member in
             log.cluster.kicked]
+    return out
+
+
+LATE_TIMER_S = 0.001  # a timer fires within the virtual clock's resolution (1 µs), and floats
+
+
+def calls_end_by_their_deadline(log: RunLog) -> list[str]:
+    """A call, its retries included, ends by its deadline (`--deadline`: DESIGN.md, "The
+    lifecycle of one record", step 2), late by no more than the loop stalled meanwhile; a
+    call ends earlier when it answers, fails, or its pod stops or dies."""
+    deadline = log.settings.deadline
+    out = []
+    for call in log.calls:
+        if call.ended is None or call.outcome in ("killed", "cut off"):
+            continue  # its pod died, or its drain cut it: not the deadline's doing
+        late = call.ended - (call.started + deadline)
+        if late > LATE_TIMER_S + _stalled_within(log, call.started, call.ended):
+            out.append(f"call of {call.wait_id} by {call.pod} ran {late:.3f}s past its "
+                       f"{deadline}s deadline ({call.outcome})")
     return out
 
 
