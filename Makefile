@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export WAITLINE_STATE_DIR ?= $(CURDIR)/.waitline
 export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
+# uv where `make setup` installs it when the machine has none on the PATH (a virtualenv of its own
+# under the cache): the tests build the wheel and the images' build stage with it.
+export PATH := $(PATH):$(WAITLINE_CACHE_DIR)/uv/bin
 
 .PHONY: setup test test-extended test-unit simulate mutants lint demo bench bench-guard chaos chaos-cluster up down status clean
 

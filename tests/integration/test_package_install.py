@@ -58,7 +58,8 @@ class Installed:
 
 def _uv(*args: str, cwd: Path, timeout_s: float = INSTALL_TIMEOUT_S) -> None:
     uv = shutil.which("uv")
-    assert uv is not None, "uv is not on PATH (make setup installs it)"
+    assert uv is not None, ("uv is not on PATH (make setup installs it, under the cache when "
+                            "the machine has none; make test puts that one on the PATH)")
     # Offline: the build backend and every locked dependency are in uv's cache after setup.
     env = {**os.environ, "UV_OFFLINE": "1", "UV_PYTHON_DOWNLOADS": "never"}
     env.pop("VIRTUAL_ENV", None)
