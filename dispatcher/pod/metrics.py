@@ -62,7 +62,7 @@ class LoopCounter:
 class LoopHistogram:
     """A histogram only the pod's event loop observes into (see the module's docstring)."""
 
-    __slots__ = ("_bounds", "counts", "documentation", "name", "sum")
+    __slots__ = ("_bounds", "_created", "counts", "documentation", "name", "sum")
 
     def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
         if list(buckets) != sorted(set(buckets)):
@@ -72,6 +72,7 @@ class LoopHistogram:
         self._bounds = tuple(buckets)
         self.counts = [0] * (len(self._bounds) + 1)  # the last one: above every bound (+Inf)
         self.sum = 0.0
+        self._created = time.time()
 
     def observe(self, amount: float) -> None:
         self.counts[bisect_left(self._bounds, amount)] += 1  # the first bound >= amount
@@ -83,8 +84,10 @@ class LoopHistogram:
         for bound, count in zip((*self._bounds, float("inf")), self.counts, strict=True):
             total += count
             cumulative.append((_bucket_label(bound), total))
-        return HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
-                                     sum_value=self.sum)
+        family = HistogramMetricFamily(self.name, self.documentation, buckets=cumulative,
+                                       sum_value=self.sum)
+        family.add_sample(f"{self.name}_created", {}, self._created)  # as prometheus-client's
+        return family
 
 
 class LoopSeries:
