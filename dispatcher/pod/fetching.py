@@ -20,6 +20,7 @@ CAREFUL_WAIT_MS = 1000
 CAREFUL_READ_LIMIT = 100  # per partition and pass
 UNREADABLE = "UnreadableRecordError"
 POSITION_RETRY_S = 0.1
+LEAST_SHARE = 16  # records a fair fetch asks of a partition at least (fetch_fairly)
 
 
 def unreadable_reference(tp: TopicPartition, offset: int,
@@ -105,12 +106,15 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
     of records) before another's, so a backlog in one partition would hold back the others.
     Each partition is asked for its share first (without waiting), starting at partition
     `turn` (mod their number; the caller moves it on each time); what is left goes to any
-    partition, waiting up to `timeout_ms` when nothing was found."""
+    partition, waiting up to `timeout_ms` when nothing was found. A share is at least
+    `LEAST_SHARE` records (or all of `free`): a small room is then asked of one partition, not
+    one record of each (a `getmany` costs about as much as a record's own bookkeeping), and
+    the partitions still take turns, fetch after fetch."""
     partitions = sorted(consumer.assignment(), key=partition_key)
     if len(partitions) <= 1:
         return await consumer.getmany(timeout_ms=timeout_ms, max_records=free)
     first = turn % len(partitions)
-    share = -(-free // len(partitions))
+    share = max(-(-free // len(partitions)), LEAST_SHARE)
     batch: dict[TopicPartition, list[FetchedRecord]] = {}
     left = free
     try:
