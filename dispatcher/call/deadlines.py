@@ -40,7 +40,7 @@ class Deadlines:
         self._running: OrderedDict[Deadline, None] = OrderedDict()  # in the order they began
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self._timer_at = 0.0  # the time it was armed for (uvloop rounds `TimerHandle.when()`)
 
     def begin(self) -> Deadline:
         """The deadline of a call the running task begins now."""

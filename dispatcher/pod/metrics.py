@@ -32,10 +32,10 @@ from dispatcher.pod.stalls import PartitionStall
 LATENCY_BUCKETS_S = (0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0,
                      60.0, 120.0)
 
-_bucket_label: Callable[[float], str] = floatToGoString  # as prometheus-client writes `le`
-
 RECORD_BUCKETS_S = (0.05, 0.1, 0.15, 0.2, 0.225, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.1, 1.25, 1.5,
                     2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 61.0, 65.0, 75.0, 90.0, 120.0)
+
+_bucket_label: Callable[[float], str] = floatToGoString  # as prometheus-client writes `le`
 
 
 class LoopCounter:

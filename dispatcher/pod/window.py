@@ -42,6 +42,12 @@ def refill_at(window: int) -> int:
     return max(1, prepared_ahead(window) // REFILL_SHARE)
 
 
+def admits_again_at(window: int) -> int:
+    """The most records a window of `window` calls may hold and still admit more: its calls and
+    records prepared ahead, less `refill_at`."""
+    return window + prepared_ahead(window) - refill_at(window)
+
+
 def tombstones_behind(window: int) -> int:
     """How many finished records may write their tombstone outside a window of `window`."""
     return max(1, window // CLOSING_SHARE)
@@ -158,9 +164,9 @@ class Window(Generic[HeldT]):
         ahead of them, less those held, once that is at least `refill_at` (else 0); an open
         circuit admits nothing new (docs/DESIGN.md)."""
         calls = self._size()
-        free = calls + prepared_ahead(calls) - self.in_flight
-        if free < refill_at(calls):
+        if self.in_flight > admits_again_at(calls):
             return 0
+        free = calls + prepared_ahead(calls) - self.in_flight
         if self._circuit is not None:
             free = self._circuit.admits(free, self.in_flight)
         return free
@@ -168,8 +174,7 @@ class Window(Generic[HeldT]):
     async def freed(self, timeout_s: float) -> bool:
         """Whether records left the window (or went behind it) within `timeout_s`, until it
         has `refill_at` room again."""
-        calls = self._size()
-        self._wake_at = calls + prepared_ahead(calls) - refill_at(calls)
+        self._wake_at = admits_again_at(self._size())
         self._freed.clear()
         try:
             async with asyncio.timeout(timeout_s):
