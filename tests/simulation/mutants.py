@@ -120,7 +120,7 @@ MUTANTS = [
     Mutant("prepared-ahead-4x", "dispatcher/pod/window.py",
            "    return min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)",
            "    return 4 * min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)",
-           "Records prepared ahead are a tenth of the window (2..100): four times as many."),
+           "Records prepared ahead are a fifth of the window (2..100): four times as many."),
     Mutant("tombstones-behind-4x", "dispatcher/pod/window.py",
            "    return max(1, window // CLOSING_SHARE)",
            "    return 4 * max(1, window // CLOSING_SHARE)",

@@ -39,9 +39,9 @@ from dispatcher.wire import (
 # DESIGN.md's bounds of the window, written out here rather than imported from the engine
 # (`dispatcher.pod.window`): the mutants (`mutants.py`) change the engine's, never the oracle's.
 def prepared_ahead(window: int) -> int:
-    """Records admitted and prepared beyond a window of N calls: a tenth, at least 2, at most
+    """Records admitted and prepared beyond a window of N calls: a fifth, at least 2, at most
     100."""
-    return min(max(-(-window // 10), 2), 100)
+    return min(max(-(-window // 5), 2), 100)
 
 
 def tombstones_behind(window: int) -> int:

@@ -32,10 +32,10 @@ def _held_until(gate: asyncio.Event) -> Callable[[World, str, str, OutgoingRecor
 
 
 def test_a_slow_tombstone_does_not_hold_the_records_slot() -> None:
-    """Tombstone acknowledgements are held back: the window of 20 and its 2 records prepared
-    ahead still let 24 records be called (2, a tenth of the window, freed their slots for 2
+    """Tombstone acknowledgements are held back: the window of 20 and its 4 records prepared
+    ahead still let 26 records be called (2, a tenth of the window, freed their slots for 2
     more), and no more while the tombstones wait. When a slot was held until its tombstone,
-    only 22 calls arrived."""
+    only 24 calls arrived."""
     gate = asyncio.Event()
     called_while_held: list[int] = []
 

@@ -16,10 +16,10 @@ pytestmark = pytest.mark.unit
 
 
 @given(st.integers(min_value=1, max_value=100_000))
-def test_records_prepared_ahead_are_a_tenth_of_the_window_within_bounds(window: int) -> None:
+def test_records_prepared_ahead_are_a_fifth_of_the_window_within_bounds(window: int) -> None:
     ahead = prepared_ahead(window)
     assert AHEAD_MIN <= ahead <= AHEAD_MAX
-    assert ahead == min(max(-(-window // 10), AHEAD_MIN), AHEAD_MAX)
+    assert ahead == min(max(-(-window // 5), AHEAD_MIN), AHEAD_MAX)
     assert prepared_ahead(window + 1) >= ahead
 
 
