@@ -12,6 +12,7 @@ uncalled, through an outage.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
@@ -59,9 +60,30 @@ def most_open(window: int) -> int:
     return window + prepared_ahead(window) + tombstones_behind(window)
 
 
+class _InLine:
+    """A record in line for a call slot: `answer` resolves to True once it is handed one, to
+    False once it gives up (its time passed, or `cancelled()` turned true)."""
+
+    __slots__ = ("answer", "cancelled", "give_up_at")
+
+    def __init__(self, answer: asyncio.Future[bool], give_up_at: float,
+                 cancelled: Callable[[], bool]) -> None:
+        self.answer = answer
+        self.give_up_at = give_up_at
+        self.cancelled = cancelled
+
+
+def _never() -> bool:
+    return False
+
+
 class CallSlots:
     """At most `size()` calls at once (the window, fixed or adaptive), and only while
-    `admits(calls_running)` (the circuit breaker; None: always)."""
+    `admits(calls_running)` (the circuit breaker; None: always).
+
+    The records in line wait on their own future only: one timer for the whole line looks at
+    them every RECHECK_S (the circuit may have half-opened; a waiter may be given up) and when
+    the first of their times passes, so a wait makes no timer of its own."""
 
     def __init__(self, size: Callable[[], int],
                  admits: Callable[[int], bool] | None = None) -> None:
@@ -69,7 +91,9 @@ class CallSlots:
         self._admits = admits
         self._running = 0
         self._waiting = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._line: deque[_InLine] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf  # when `_timer` strikes (uvloop rounds `TimerHandle.when()`)
 
     @property
     def running(self) -> int:
@@ -82,35 +106,32 @@ class CallSlots:
         return self._waiting
 
     async def acquire(self, timeout_s: float | None = None,
-                      cancelled: Callable[[], bool] = lambda: False) -> bool:
+                      cancelled: Callable[[], bool] = _never) -> bool:
         """Take a slot, after the records that asked before; False if `timeout_s` passed
         first, or `cancelled()` turned true (looked at every RECHECK_S): the caller no longer
         waits in line."""
         if self._waiting == 0 and self._can_start():
             self._running += 1
             return True
+        if (timeout_s is not None and timeout_s <= 0) or cancelled():
+            return False
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
+        now = loop.time()
+        entry = _InLine(loop.create_future(), math.inf if timeout_s is None else now + timeout_s,
+                        cancelled)
+        self._line.append(entry)
         self._waiting += 1
-        give_up_at = None if timeout_s is None else loop.time() + timeout_s
+        self._look_again_by(min(now + RECHECK_S, entry.give_up_at), loop)
         try:
-            while not waiter.done():
-                left = RECHECK_S if give_up_at is None else min(RECHECK_S,
-                                                                give_up_at - loop.time())
-                if left <= 0 or cancelled():
-                    self._give_up(waiter)
-                    return False
-                await asyncio.wait((waiter,), timeout=left)
-                if not waiter.done():
-                    self._hand_over()  # the circuit may have half-opened meanwhile
+            return await entry.answer
         except asyncio.CancelledError:
-            if waiter.done():
-                self.release()  # handed a slot while being cancelled: pass it on
+            answer = entry.answer
+            if answer.done() and not answer.cancelled():
+                if answer.result():
+                    self.release()  # handed a slot while being cancelled: pass it on
             else:
-                self._give_up(waiter)
+                self._waiting -= 1  # out of the line: `_hand_over` passes its done answer
             raise
-        return True
 
     def release(self) -> None:
         """A call ended: its slot goes to the first record waiting, if any may start."""
@@ -122,18 +143,44 @@ class CallSlots:
             self._admits is None or self._admits(self._running))
 
     def _hand_over(self) -> None:
-        while self._waiters and self._can_start():
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        line = self._line
+        while line and self._can_start():
+            answer = line.popleft().answer
+            if not answer.done():
+                answer.set_result(True)
                 self._running += 1
                 self._waiting -= 1
-        while self._waiters and self._waiters[0].done():
-            self._waiters.popleft()  # waiters that gave up, at the head of the line
+        while line and line[0].answer.done():
+            line.popleft()  # records that gave up, at the head of the line
 
-    def _give_up(self, waiter: asyncio.Future[None]) -> None:
-        waiter.cancel()
-        self._waiting -= 1
+    def _look_again_by(self, when: float, loop: asyncio.AbstractEventLoop) -> None:
+        """The line's timer strikes at `when` at the latest."""
+        if when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(when, self._look_again)
+            self._timer_at = when
+
+    def _look_again(self) -> None:
+        """The line's timer: hand slots over (the circuit may have half-opened meanwhile), then
+        give up the records whose time passed or whose `cancelled()` is true."""
+        self._timer, self._timer_at = None, math.inf
+        self._hand_over()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        first_give_up = math.inf
+        for entry in self._line:
+            if entry.answer.done():
+                continue
+            if entry.give_up_at <= now or entry.cancelled():
+                entry.answer.set_result(False)
+                self._waiting -= 1
+            else:
+                first_give_up = min(first_give_up, entry.give_up_at)
+        while self._line and self._line[0].answer.done():
+            self._line.popleft()
+        if self._waiting:
+            self._look_again_by(min(now + RECHECK_S, first_give_up), loop)
 
 
 class Window(Generic[HeldT]):

@@ -117,6 +117,11 @@ MUTANTS = [
            "        return self._running < self._size() and (",
            "        return self._running <= self._size() and (",
            "At most N calls at once: N + 1 run."),
+    Mutant("slot-line-timer-not-armed-again", "dispatcher/pod/window.py",
+           "            self._look_again_by(min(now + RECHECK_S, first_give_up), loop)\n",
+           "            pass\n",
+           "Records in line for a call slot are looked at every RECHECK_S: the line's one "
+           "timer is not armed again, so a circuit that half-opened starts no probe from it."),
     Mutant("prepared-ahead-4x", "dispatcher/pod/window.py",
            "    return min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)",
            "    return 4 * min(max(-(-window // AHEAD_SHARE), AHEAD_MIN), AHEAD_MAX)",

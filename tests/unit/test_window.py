@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from virtual_clock import run_virtual
 
 from dispatcher.pod import window
 from dispatcher.pod.window import AHEAD_MAX, AHEAD_MIN, CallSlots, prepared_ahead
@@ -67,6 +68,39 @@ async def test_a_waiter_that_times_out_leaves_the_line(monkeypatch: pytest.Monke
     slots.release()
     assert await asyncio.wait_for(later, 1)
     assert (slots.running, slots.waiting) == (1, 0)
+
+
+def test_each_waiter_gives_up_at_its_own_time_whatever_its_place_in_the_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line shares one timer: a later waiter with a sooner time, and one that joins after
+    the timer was armed for a later time, still give up on time, not at the line's next look
+    (RECHECK_S, far away here); a waiter with no time keeps its place."""
+    monkeypatch.setattr(window, "RECHECK_S", 100.0)
+
+    async def scenario() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        slots = CallSlots(lambda: 1)
+        assert await slots.acquire()
+        gave_up: list[tuple[str, float]] = []
+
+        async def wait(name: str, timeout_s: float | None) -> None:
+            if not await slots.acquire(timeout_s):
+                gave_up.append((name, round(loop.time() - started, 6)))
+
+        started = loop.time()
+        patient = asyncio.create_task(wait("patient", None))
+        late = asyncio.create_task(wait("late", 3.0))
+        await asyncio.sleep(0)
+        soon = asyncio.create_task(wait("soon", 1.0))
+        await asyncio.sleep(2.0)
+        sooner = asyncio.create_task(wait("sooner", 0.5))  # after "late" armed the timer
+        await asyncio.gather(late, soon, sooner)
+        assert not patient.done() and slots.waiting == 1
+        slots.release()
+        await patient
+        return gave_up
+
+    assert run_virtual(scenario) == [("soon", 1.0), ("sooner", 2.5), ("late", 3.0)]
 
 
 async def test_a_waiter_whose_record_was_revoked_leaves_the_line(
