@@ -74,12 +74,16 @@ class AiohttpHandler:
             raise RuntimeError("AiohttpHandler.handle outside `async with AiohttpHandler(...)`")
         request = self._exchange.request_for(record)
         try:
-            async with session.request(request.method, request.url, data=request.body,
-                                       headers=tracing.http_headers(request.headers),
-                                       allow_redirects=False) as response:
+            response = await session.request(request.method, request.url, data=request.body,
+                                             headers=tracing.http_headers(request.headers),
+                                             allow_redirects=False)
+            try:
                 body = await _read_at_most(response, self._read_limit)
                 retry_after = response.headers.get("Retry-After")
                 status = response.status
+            finally:  # what `async with` does, without its two frames on the call's stack
+                response.release()
+                await response.wait_for_close()
         except aiohttp.ClientConnectorCertificateError:
             raise
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:

@@ -126,15 +126,40 @@ class AckedWriter:
         for its acknowledgement; the partition it was written to."""
         headers = list(record.headers)  # aiokafka's type; the pairs are tuples already
         self._check_size(topic, record.key, record.value, headers)
-        producer = self._producer
-        try:  # the common case, without the retry machinery's cost per record
-            written = await self._send(producer, topic, record, headers, partition)
-        except KafkaError as exc:
-            return await self._write_again(topic, record, headers, partition,
-                                           producer=producer, failure=exc)
-        if self._renewals and producer is self._producer:
-            self._renewals = 0
-        return written
+        attempt = 0
+        while True:
+            producer = self._producer
+            try:
+                if record.key is None and record.value is None:  # aiokafka's `send` refuses it
+                    written = await send_null_key_and_value(producer, topic, headers, partition)
+                else:  # `send`, then its delivery, here: the stack the acknowledgement resumes
+                    # has no frame of a helper (nor of `send_and_wait`) above this one
+                    delivered = await producer.send(topic, record.value, key=record.key,
+                                                    partition=partition, headers=headers)
+                    written = int((await delivered).partition)
+            except KafkaError as exc:
+                attempt += 1
+                await self._before_writing_again(topic, producer, exc, attempt)
+                continue
+            if self._renewals and producer is self._producer:
+                self._renewals = 0
+            return written
+
+    async def _before_writing_again(self, topic: str, producer: AIOKafkaProducer,
+                                    failure: KafkaError, attempt: int) -> None:
+        """After `producer` failed a write with `failure`: nothing if a new producer already
+        replaced it, a new one if it is out of sequence, a backoff if the error is retriable;
+        else `ProduceError`."""
+        if producer is not self._producer:
+            return  # replaced while this write was on it (refused, or closed): the new one
+        if _out_of_sequence(failure) and self._renew_with is not None:
+            await self._renew(producer, self._renew_with, topic, failure)
+        elif _retriable(failure):
+            log.warning("Kafka write failed, retrying: %r (writing to %s, attempt %d)",
+                        failure, topic, attempt)
+            await asyncio.sleep(_backoff_s(attempt, self._backoff_max_s))
+        else:
+            raise _produce_error(topic, failure) from failure
 
     def _check_size(self, topic: str, key: bytes | None, value: bytes | None,
                     headers: list[Header]) -> None:
@@ -151,44 +176,6 @@ class AckedWriter:
         if size > limit:
             raise RecordTooLargeError(f"a record of {size} bytes exceeds {topic}'s "
                                       f"max.message.bytes ({limit}); it was not written")
-
-    @staticmethod
-    async def _send(producer: AIOKafkaProducer, topic: str, record: OutgoingRecord,
-                    headers: list[Header], partition: int | None) -> int:
-        if record.key is not None or record.value is not None:
-            written = await producer.send_and_wait(topic, record.value, key=record.key,
-                                                   partition=partition, headers=headers)
-            return int(written.partition)
-        return await send_null_key_and_value(producer, topic, headers, partition)
-
-    async def _write_again(self, topic: str, record: OutgoingRecord, headers: list[Header],
-                           partition: int | None, *, producer: AIOKafkaProducer,
-                           failure: KafkaError) -> int:
-        """After `producer` failed the write with `failure`: on the producer that replaced it
-        at once, on a new one if it is out of sequence, after a backoff if the error is
-        retriable; else `ProduceError`."""
-        attempt = 0
-        while True:
-            attempt += 1
-            if producer is not self._producer:
-                pass  # replaced while this write was on it (refused, or closed): the new one
-            elif _out_of_sequence(failure) and self._renew_with is not None:
-                await self._renew(producer, self._renew_with, topic, failure)
-            elif _retriable(failure):
-                log.warning("Kafka write failed, retrying: %r (writing to %s, attempt %d)",
-                            failure, topic, attempt)
-                await asyncio.sleep(_backoff_s(attempt, self._backoff_max_s))
-            else:
-                raise _produce_error(topic, failure) from failure
-            producer = self._producer
-            try:
-                written = await self._send(producer, topic, record, headers, partition)
-            except KafkaError as exc:
-                failure = exc
-                continue
-            if producer is self._producer:
-                self._renewals = 0
-            return written
 
     async def _renew(self, broken: AIOKafkaProducer, renew: Callable[[], AIOKafkaProducer],
                      topic: str, failure: KafkaError) -> None:

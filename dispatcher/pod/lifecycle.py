@@ -39,7 +39,7 @@ from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
 from dispatcher.pod.window import CallSlots
-from dispatcher.tracing import RecordTrace, record_trace, traced_prepare
+from dispatcher.tracing import record_trace, traced_prepare
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
     Failure,
@@ -158,10 +158,52 @@ class RecordPath:
 
     async def walk(self, source: SourceRecord, ticket: RecordTicket,
                    turn: DoneSignal | None) -> None:
-        """The whole path of `source`; a write that can never succeed stops the engine."""
+        """The whole path of `source`; a write that can never succeed stops the engine. One
+        frame from fetch to tombstone: each resume of the record's task passes through every
+        frame on its stack, so the path is not wrapped in a helper of its own."""
         trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off (tracing.py)
         try:
-            await self._walk(source, ticket, turn, trace)
+            # 1. Prepare (in its turn, with --ordering): the wait record, acknowledged.
+            prepared = await self._prepare(source, ticket, turn)
+            if prepared is None:  # its path ended there (see `_prepare`)
+                return
+            prepare, prepared_at, wait_partition = prepared
+            trace.prepared()
+
+            # 2. A call slot and a rate token, the wait record refreshed while it waits.
+            called = await self._take_call_slot(source, prepare, prepared_at, wait_partition,
+                                                ticket)
+            if called is None:  # revoked or stopping while it waited: uncommitted, the next
+                # owner calls it
+                if ticket.abandoned:  # a rewrite may have landed late (as in `_prepare`)
+                    await self._withdraw(prepare, wait_partition, ticket)
+                else:
+                    # A stop, while this pod still owns the partition: close the wait record (no
+                    # other owner can have written one yet), so a next owner that comes later than
+                    # its expiration does not find it expired as if it was tried.
+                    await self._writer.write(self._topics.wait_topic, tombstone_of(prepare),
+                                             wait_partition)
+                return
+
+            # 3. The call: its start makes the offset committable.
+            ticket.state = RecordState.CALLING
+            self._partitions.committable((source.topic, source.partition), source.offset,
+                                         ticket)
+            wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
+            trace.calling()
+            outcome, latest = await self._call(source, wait_id, called, wait_partition, ticket)
+            trace.called(outcome)
+
+            # 4. Settle: the result or DLQ record, acknowledged.
+            ticket.state = RecordState.SETTLING
+            await self._outcomes.settle(source, wait_id, outcome)
+            self._metrics.record_duration.observe(monotonic_s() - ticket.fetched_at)
+
+            # 5. The tombstone, behind the window: the slot is free while it is written.
+            ticket.state = RecordState.TOMBSTONING
+            self._partitions.slot_free_for_tombstone()
+            await self._writer.write(self._topics.wait_topic, tombstone_of(latest), wait_partition)
+            trace.tombstoned()
         except ProduceError as exc:
             self._metrics.produce_errors.labels("outcome").inc()
             self._partitions.fail(exc, f"cannot write for {source.topic}/{source.partition}@"
@@ -175,24 +217,25 @@ class RecordPath:
                 self._turns.release((source.topic, source.partition, source.offset,
                                      ticket.generation))
 
-    async def _walk(self, source: SourceRecord, ticket: RecordTicket,
-                    turn: DoneSignal | None, trace: RecordTrace) -> None:
-        key = (source.topic, source.partition)
+    async def _prepare(self, source: SourceRecord, ticket: RecordTicket,
+                       turn: DoneSignal | None) -> tuple[OutgoingRecord, float, int] | None:
+        """Step 1, after the record's turn: its wait record, acknowledged (the record, when it
+        was made, and the wait topic's partition it went to); None if the path ends here: a
+        null value or a record too large for the wait topic (dead-lettered uncalled), a stop or
+        a revoke (left uncalled to the next owner)."""
         if source.value is None:
             await self._dead_letter_uncalled(source, ticket, NULL_VALUE_FAILURE)
-            return
+            return None
         if turn is not None:  # --ordering: prepared and called in its turn only (the wait
             # can last several deadlines; it must not eat into the wait record's expiration)
             ticket.state = RecordState.AWAITING_TURN
             await turn.wait()
             ticket.state = RecordState.PREPARING
         if self._partitions.left_at_stop(source):  # not prepared: uncommitted, the next owner's
-            return
-
-        # 1. Prepare: the wait record, acknowledged.
+            return None
         if ticket.abandoned:
             _left_to_the_next_owner(source)
-            return
+            return None
         prepare = self._wait_record(source, ticket.owner_generation)
         prepared_at = monotonic_s()  # its refresh counts from here, whatever it waits for
         too_large: Failure | None = None
@@ -206,45 +249,11 @@ class RecordPath:
             if too_large is None:
                 await self._withdraw(prepare, wait_partition, ticket)
             _left_to_the_next_owner(source)
-            return
+            return None
         if too_large is not None:  # its DLQ record protects it
             await self._dead_letter_uncalled(source, ticket, too_large)
-            return
-        trace.prepared()
-
-        # 2. A call slot and a rate token, the wait record refreshed while it waits.
-        called = await self._take_call_slot(source, prepare, prepared_at, wait_partition,
-                                            ticket)
-        if called is None:  # revoked or stopping while it waited: uncommitted, the next
-            # owner calls it
-            if ticket.abandoned:  # a rewrite of it may have landed late, as above
-                await self._withdraw(prepare, wait_partition, ticket)
-            else:
-                # A stop, while this pod still owns the partition: close the wait record (no
-                # other owner can have written one yet), so a next owner that comes later than
-                # its expiration does not find it expired as if it was tried.
-                await self._writer.write(self._topics.wait_topic, tombstone_of(prepare),
-                                         wait_partition)
-            return
-
-        # 3. The call: its start makes the offset committable.
-        ticket.state = RecordState.CALLING
-        self._partitions.committable(key, source.offset, ticket)
-        wait_id = (called.key or b"").decode()  # the wait record's key is the wait id
-        trace.calling()
-        outcome, latest = await self._call(source, wait_id, called, wait_partition, ticket)
-        trace.called(outcome)
-
-        # 4. Settle: the result or DLQ record, acknowledged.
-        ticket.state = RecordState.SETTLING
-        await self._outcomes.settle(source, wait_id, outcome)
-        self._metrics.record_duration.observe(monotonic_s() - ticket.fetched_at)
-
-        # 5. The tombstone, behind the window: the slot is free while it is written.
-        ticket.state = RecordState.TOMBSTONING
-        self._partitions.slot_free_for_tombstone()
-        await self._writer.write(self._topics.wait_topic, tombstone_of(latest), wait_partition)
-        trace.tombstoned()
+            return None
+        return prepare, prepared_at, wait_partition
 
     async def dead_letter_unreadable(self, source: SourceRecord, failure: Failure,
                                      ticket: RecordTicket) -> None:

@@ -70,9 +70,9 @@ MUTANTS = [
            "A record left to the next owner is closed only by a withdrawal, never by a plain "
            "tombstone that could close the next owner's row."),
     Mutant("no-tombstone-at-stop", "dispatcher/pod/lifecycle.py",
-           "                await self._writer.write(self._topics.wait_topic, "
-           "tombstone_of(prepare),\n                                         wait_partition)\n",
-           "                pass\n",
+           "                    await self._writer.write(self._topics.wait_topic, "
+           "tombstone_of(prepare),\n                                             wait_partition)\n",
+           "                    pass\n",
            "A stop closes the wait record of a record it leaves uncalled."),
     Mutant("called-after-revoke", "dispatcher/pod/lifecycle.py",
            "            return ticket.abandoned or self._partitions.left_at_stop(source)",
@@ -81,7 +81,7 @@ MUTANTS = [
            "abandoned flag is ignored while it waits for a slot."),
     Mutant("prepare-after-abandon", "dispatcher/pod/lifecycle.py",
            "        if ticket.abandoned:\n            _left_to_the_next_owner(source)\n"
-           "            return\n        prepare = self._wait_record",
+           "            return None\n        prepare = self._wait_record",
            "        prepare = self._wait_record",
            "A record abandoned before its prepare is not prepared: it is written anyway (and "
            "then withdrawn), a wait record the next owner's may race."),
