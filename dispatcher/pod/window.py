@@ -129,8 +129,9 @@ class CallSlots:
             if answer.done() and not answer.cancelled():
                 if answer.result():
                     self.release()  # handed a slot while being cancelled: pass it on
-            else:
-                self._waiting -= 1  # out of the line: `_hand_over` passes its done answer
+            else:  # out of the line: `_hand_over` passes over its done answer
+                answer.cancel()  # (the task's cancellation has cancelled it already)
+                self._waiting -= 1
             raise
 
     def release(self) -> None:

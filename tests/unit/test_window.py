@@ -139,6 +139,22 @@ async def test_a_cancelled_waiter_leaks_no_slot() -> None:
     assert (slots.running, slots.waiting) == (0, 0)
 
 
+async def test_a_waiter_stopped_by_a_cancellation_its_future_did_not_see_leaks_no_slot() -> None:
+    """A `CancelledError` thrown into a waiting `acquire` whose answer is still pending (not
+    through `Task.cancel`, which cancels the awaited answer first): it leaves the line, and a
+    slot released later goes to nobody, not to the record that left."""
+    slots = CallSlots(lambda: 1)
+    assert await slots.acquire()
+    waiting = slots.acquire()
+    answer = waiting.send(None)  # in line: suspended on its answer
+    assert not answer.done() and slots.waiting == 1
+    with pytest.raises(asyncio.CancelledError):
+        waiting.throw(asyncio.CancelledError())
+    assert slots.waiting == 0
+    slots.release()
+    assert (slots.running, slots.waiting) == (0, 0)
+
+
 @given(st.lists(st.sampled_from(["ask", "release", "cancel", "resize"]), max_size=60),
        st.integers(min_value=1, max_value=4))
 def test_calls_never_exceed_the_window(operations: list[str], size: int) -> None:
