@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from dispatcher.flow.breaker import Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
 
-RECHECK_S = 0.5  # a waiter looks again this often: an open circuit half-opens with time
+RECHECK_S = 0.5  # the line for a slot is looked at this often: an open circuit half-opens with time
 
 AHEAD_SHARE = 5  # records prepared ahead: a fifth of the window …
 AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …
@@ -130,7 +130,7 @@ class CallSlots:
                 if answer.result():
                     self.release()  # handed a slot while being cancelled: pass it on
             else:  # out of the line: `_hand_over` passes over its done answer
-                answer.cancel()  # (the task's cancellation has cancelled it already)
+                answer.cancel()  # `Task.cancel` has cancelled it; an error thrown in has not
                 self._waiting -= 1
             raise
 
@@ -151,8 +151,13 @@ class CallSlots:
                 answer.set_result(True)
                 self._running += 1
                 self._waiting -= 1
+        self._drop_left_front()
+
+    def _drop_left_front(self) -> None:
+        """Drop the records at the head of the line that left it (gave up, or were cancelled)."""
+        line = self._line
         while line and line[0].answer.done():
-            line.popleft()  # records that gave up, at the head of the line
+            line.popleft()
 
     def _look_again_by(self, when: float, loop: asyncio.AbstractEventLoop) -> None:
         """The line's timer strikes at `when` at the latest."""
@@ -178,8 +183,7 @@ class CallSlots:
                 self._waiting -= 1
             else:
                 first_give_up = min(first_give_up, entry.give_up_at)
-        while self._line and self._line[0].answer.done():
-            self._line.popleft()
+        self._drop_left_front()
         if self._waiting:
             self._look_again_by(min(now + RECHECK_S, first_give_up), loop)
 
