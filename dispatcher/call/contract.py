@@ -15,10 +15,10 @@ import enum
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from dispatcher.clock import monotonic_s
+from dispatcher.values import value_type
 from dispatcher.wire import Failure, SourceRecord
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class ResultValue(enum.Enum):
     HTTP handler behind `--counterparty-url`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CallOutcome:
     """How one call ended: `ok` with the final status, or a `failure` ready for a DLQ record.
 
@@ -76,7 +76,7 @@ class CallOutcome:
     result: bytes | ResultValue | None = ResultValue.CALL_SUMMARY
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class CallRequest:
     """One record to send: the value bytes and the idempotency key (the wait id unless a replay
     keeps its original one); a handler also sees the consumed record and its wait id."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import string
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
@@ -21,6 +20,7 @@ from dispatcher.call.outcomes import body_snippet, parse_retry_after_s
 from dispatcher.errors import ConfigError
 from dispatcher.handlers.http_config import HttpHandlerConfig, HttpResult
 from dispatcher.secrets import register_credential
+from dispatcher.values import value_type
 
 __all__ = ["HTTPStatusError", "HttpExchange", "HttpRequest", "RecordFieldError", "UrlTemplate"]
 
@@ -44,7 +44,7 @@ class ResponseTooLargeError(Exception):
     """The answer's body is larger than `max_response_bytes` (it would become the result)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class HttpRequest:
     method: str
     url: str

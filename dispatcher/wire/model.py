@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from dispatcher.values import value_type
+
 ORIGINAL_TOPIC = "ORIGINAL_TOPIC"
 ORIGINAL_PARTITION = "ORIGINAL_PARTITION"
 ORIGINAL_OFFSET = "ORIGINAL_OFFSET"
@@ -44,7 +46,7 @@ MAX_FAILURE_TEXT_CHARS = 8192
 """Cap on ExceptionMessage and Stacktrace, far below Kafka's default 1 MB record limit."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class SourceRecord:
     """An input record as consumed, or as a replay rebuilds it."""
 
@@ -57,7 +59,7 @@ class SourceRecord:
     timestamp_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class OutgoingRecord:
     """What a producer sends: key, value (None = tombstone) and headers."""
 
