@@ -31,7 +31,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from dispatcher.call.contract import Counterparty
-from dispatcher.clock import monotonic_s
+from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import FatalError, KafkaClientError, UnreadableRecordError
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
@@ -82,8 +82,9 @@ class AtLeastOnceEngine:
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
                  metrics: DispatcherMetrics, clock: Callable[[], float] = time.time,
                  circuit: Circuit | None = None, adaptive: AdaptiveWindow | None = None,
-                 rate: RateGate | None = None) -> None:
+                 rate: RateGate | None = None, monotonic: Clock = monotonic_s) -> None:
         self._consumer = consumer
+        self._monotonic = monotonic  # the loop's clock (`loop_clock`): durations, deadlines
         self._adaptive = adaptive
         self._topics = topics
         self._window = window
@@ -110,7 +111,7 @@ class AtLeastOnceEngine:
         self._path = RecordPath(writer=writer, counterparty=counterparty, topics=topics,
                                 window=window, metrics=metrics, calls=self._held.calls,
                                 partitions=self, clock=clock, turns=self._turns,
-                                circuit=circuit, rate=rate)
+                                circuit=circuit, rate=rate, monotonic=monotonic)
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._lag = LagReporter(consumer=consumer, watermarks=self._watermarks,
@@ -134,7 +135,7 @@ class AtLeastOnceEngine:
 
     def status(self) -> dict[str, object]:
         """The engine's part of the pod's `/status` document (`dispatcher/pod/status.py`)."""
-        now = monotonic_s()
+        now = self._monotonic()
         held = [Held(task.get_name(), ticket.state.name, ticket.state.value,
                      max(0.0, now - ticket.fetched_at))
                 for task, ticket in self._held.tasks.items()]
@@ -215,7 +216,7 @@ class AtLeastOnceEngine:
     def _start_unreadable(self, tp: TopicPartition, offset: int, *, error: Exception) -> None:
         key = partition_key(tp)
         self._watermarks.track(key, offset)
-        ticket = RecordTicket(self._generation[key], int(self._clock() * 1000), monotonic_s(),
+        ticket = RecordTicket(self._generation[key], int(self._clock() * 1000), self._monotonic(),
                               state=RecordState.DEAD_LETTERING)
         self._unprepared[key][offset] = ticket
         source, failure = unreadable_reference(tp, offset, error)
@@ -230,14 +231,14 @@ class AtLeastOnceEngine:
             # Woken every FULL_WINDOW_WAIT_S to see the window's size again (the loop guard's
             # cap lifts with no slot freed); fetches on the next turn once there is room.
             if (not await self._held.freed(FULL_WINDOW_WAIT_S)
-                    and monotonic_s() - self._polled_at >= KEEP_IN_GROUP_S):
+                    and self._monotonic() - self._polled_at >= KEEP_IN_GROUP_S):
                 await self._poll_while_full()
             return
         paused = self._consumer.paused()
         if paused:
             self._consumer.resume(*paused)
         self._next_partition += 1
-        self._polled_at = monotonic_s()
+        self._polled_at = self._monotonic()
         for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
                                                POLL_TIMEOUT_MS)).items():
             self._start_all(partition_key(tp), records)
@@ -248,7 +249,7 @@ class AtLeastOnceEngine:
         per partition and fetches no more for it, and drops a paused partition's when a poll
         passes it. Records of partitions a rebalance just assigned (not paused) are started,
         not dropped: the window overshoots by at most one poll's worth, once per rebalance."""
-        self._polled_at = monotonic_s()
+        self._polled_at = self._monotonic()
         self._consumer.pause(*self._consumer.assignment())
         batch = await self._consumer.getmany(timeout_ms=0)
         for tp, records in batch.items():
@@ -258,7 +259,7 @@ class AtLeastOnceEngine:
         if records and self._watermarks.went_back(key, records[0].offset):
             self._restart_partition(key, records[0].offset)
         generation = self._generation[key]
-        now = monotonic_s()
+        now = self._monotonic()
         for record in records:
             self._watermarks.track(key, record.offset)
             ticket = RecordTicket(generation, record.timestamp, now,
@@ -323,14 +324,14 @@ class AtLeastOnceEngine:
         keys = [partition_key(tp) for tp in revoked]
         self._revoking.update(keys)
         # One budget for the whole revoke, half the rebalance timeout: the rejoin needs the rest.
-        ends_at = monotonic_s() + self._window.revoke_wait_s
+        ends_at = self._monotonic() + self._window.revoke_wait_s
         holes_s = self._window.revoke_wait_s
         if self._turns is not None:  # a hole whose call starts must be able to finish in time
             holes_s = max(0.0, holes_s - self._window.deadline_s)
         await leave_uncalled(keys, self._unprepared, self._watermarks, self._turns, holes_s)
         await self._commit_revoked(keys, ends_at)
         if self._turns is not None:  # the next owner must not call a key while we still do
-            await calls_finished(self._held.tasks, keys, max(0.0, ends_at - monotonic_s()))
+            await calls_finished(self._held.tasks, keys, max(0.0, ends_at - self._monotonic()))
         for key in keys:
             self._watermarks.forget(key)
             self._unprepared.pop(key, None)
@@ -355,7 +356,7 @@ class AtLeastOnceEngine:
         they are gone, no later commit can carry their offsets. A commit that hangs (a broker
         not answering) is given up at the budget's end, so the member still rejoins in time."""
         while not await self._commit_within(keys, ends_at):
-            if monotonic_s() + REVOKE_COMMIT_RETRY_S >= ends_at:
+            if self._monotonic() + REVOKE_COMMIT_RETRY_S >= ends_at:
                 log.warning("revoke: the commit of %s failed and the revoke's time is up; the "
                             "next owner calls again what was called here since the last commit",
                             ", ".join(f"{t}/{p}" for t, p in keys))
@@ -364,7 +365,7 @@ class AtLeastOnceEngine:
 
     async def _commit_within(self, keys: list[TopicPartitionKey], ends_at: float) -> bool:
         try:
-            async with asyncio.timeout(max(0.0, ends_at - monotonic_s())):
+            async with asyncio.timeout(max(0.0, ends_at - self._monotonic())):
                 return await self._committer.commit(keys)
         except TimeoutError:
             return False

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from dispatcher.aio import DoneSignal
 from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, client_bug_outcome
-from dispatcher.clock import monotonic_s
+from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import ProduceError, RecordTooLargeError
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.ordering import Turns
@@ -142,7 +142,7 @@ class RecordPath:
                  window: WindowConfig, metrics: DispatcherMetrics, calls: CallSlots,
                  partitions: Partitions, clock: Callable[[], float],
                  turns: Turns | None = None, circuit: Circuit | None = None,
-                 rate: RateGate | None = None) -> None:
+                 rate: RateGate | None = None, monotonic: Clock = monotonic_s) -> None:
         self._writer = writer
         self._outcomes = OutcomeWriter(writer, topics, metrics)
         self._counterparty = counterparty
@@ -152,6 +152,7 @@ class RecordPath:
         self._calls = calls
         self._partitions = partitions
         self._clock = clock  # wall seconds: a wait record's expiration is a time of day
+        self._monotonic = monotonic  # the loop's clock (`loop_clock`): refreshes, durations
         self._turns = turns
         self._circuit = circuit
         self._rate = rate
@@ -197,7 +198,7 @@ class RecordPath:
             # 4. Settle: the result or DLQ record, acknowledged.
             ticket.state = RecordState.SETTLING
             await self._outcomes.settle(source, wait_id, outcome)
-            self._metrics.record_duration.observe(monotonic_s() - ticket.fetched_at)
+            self._metrics.record_duration.observe(self._monotonic() - ticket.fetched_at)
 
             # 5. The tombstone, behind the window: the slot is free while it is written.
             ticket.state = RecordState.TOMBSTONING
@@ -237,7 +238,7 @@ class RecordPath:
             _left_to_the_next_owner(source)
             return None
         prepare = self._wait_record(source, ticket.owner_generation)
-        prepared_at = monotonic_s()  # its refresh counts from here, whatever it waits for
+        prepared_at = self._monotonic()  # its refresh counts from here, whatever it waits for
         too_large: Failure | None = None
         try:
             wait_partition = await self._writer.write(self._topics.wait_topic, prepare)
@@ -295,19 +296,19 @@ class RecordPath:
             return ticket.abandoned or self._partitions.left_at_stop(source)
 
         refresh_s = self._window.refresh_wait_record_s
-        while not await self._calls.acquire(written_at + refresh_s - monotonic_s(), given_up):
+        while not await self._calls.acquire(written_at + refresh_s - self._monotonic(), given_up):
             if given_up():
                 return None
-            written_at = monotonic_s()
+            written_at = self._monotonic()
             prepare = await self._write_again(source, partition, ticket.owner_generation)
         try:
             if self._rate is not None:
                 ticket.state = RecordState.AWAITING_TOKEN
-                while not await self._rate.token(written_at + refresh_s - monotonic_s(),
+                while not await self._rate.token(written_at + refresh_s - self._monotonic(),
                                                  given_up):
                     if given_up():
                         break
-                    written_at = monotonic_s()
+                    written_at = self._monotonic()
                     prepare = await self._write_again(source, partition, ticket.owner_generation)
         except BaseException:
             self._calls.release()
@@ -331,7 +332,7 @@ class RecordPath:
         while True:
             # the circuit, if this call is one of its probes
             probed = self._circuit if self._circuit and self._circuit.probing else None
-            started = monotonic_s()
+            started = self._monotonic()
             try:  # call_settling_bugs, inline: one coroutine frame less per record in flight
                 outcome = await self._counterparty.call(request)
             except Exception as exc:  # noqa: BLE001 - a client failure must still settle it
@@ -365,14 +366,14 @@ class RecordPath:
             return not self._partitions.still_ours(key, ticket)
 
         while True:
-            written_at = monotonic_s()
+            written_at = self._monotonic()
             prepare = await self._write_again(source, partition, ticket.owner_generation)
-            if not await self._calls.acquire(written_at + refresh_s - monotonic_s(), given_up):
+            if not await self._calls.acquire(written_at + refresh_s - self._monotonic(), given_up):
                 if given_up():
                     return None
                 continue
             if (self._rate is None or await self._rate.token(
-                    written_at + refresh_s - monotonic_s(), given_up)) and not given_up():
+                    written_at + refresh_s - self._monotonic(), given_up)) and not given_up():
                 return prepare
             self._calls.release()
             if given_up():

@@ -19,6 +19,7 @@ from typing import Protocol
 from dispatcher.call.attempts import HandlerCounterparty, handler_retry_policy
 from dispatcher.call.contract import AttemptObserver, Counterparty, observe_all
 from dispatcher.call.handler import Handler
+from dispatcher.clock import Clock, loop_clock
 from dispatcher.flow.adaptive import AdaptiveWindow
 from dispatcher.flow.breaker import Circuit
 from dispatcher.flow.rate import RateGate
@@ -172,12 +173,13 @@ async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, w
     HTTP handler) open for the block.
     The pod runs it on aiokafka; the simulator (tests/simulation) on its in-memory Kafka."""
     window = settings.window()
-    circuit, adaptive, observer = _flow_control(settings, window, metrics)
+    monotonic = loop_clock()  # the engine and what it owns live on this loop
+    circuit, adaptive, observer = _flow_control(settings, window, metrics, monotonic)
     http = None if handler else settings.counterparty()
     rate = settings.rate()
     gate = None if rate is None else RateGate(rate)
-    async with _open_counterparty(handler, http, settings.deadline,
-                                  observer) as counterparty:
+    async with _open_counterparty(handler, http, settings.deadline, observer,
+                                  monotonic) as counterparty:
         if window.mode is Mode.BATCH:
             yield BatchEngine(consumer=consumer, writer=writer, counterparty=counterparty,
                               topics=topics, window=window, metrics=metrics, rate=gate)
@@ -185,17 +187,19 @@ async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, w
             yield AtLeastOnceEngine(consumer=consumer, writer=writer, counterparty=counterparty,
                                     topics=topics, window=window, metrics=metrics,
                                     circuit=circuit, adaptive=adaptive, rate=gate,
-                                    clock=clock)
+                                    clock=clock, monotonic=monotonic)
 
 
 def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: DispatcherMetrics,
+                  monotonic: Clock,
                   ) -> tuple[Circuit | None, AdaptiveWindow | None, AttemptObserver]:
-    """The circuit breaker and adaptive window (each optional), and the observer that feeds
-    them every call attempt."""
+    """The circuit breaker and adaptive window (each optional, each on `monotonic`), and the
+    observer that feeds them every call attempt."""
     breaker = settings.breaker()
-    circuit = None if breaker is None else Circuit(breaker, metrics,
+    circuit = None if breaker is None else Circuit(breaker, metrics, monotonic,
                                                    deadline_s=settings.deadline)
-    adaptive = None if window.adaptive is None else AdaptiveWindow(window.adaptive, metrics)
+    adaptive = None if window.adaptive is None else AdaptiveWindow(window.adaptive, metrics,
+                                                                     monotonic)
     return circuit, adaptive, observe_all(
         [o.attempt_ended for o in (circuit, adaptive) if o is not None])
 
@@ -203,12 +207,13 @@ def _flow_control(settings: DispatchSettings, window: WindowConfig, metrics: Dis
 @contextlib.asynccontextmanager
 async def _open_counterparty(handler: LoadedHandler | None,
                              http: HttpHandlerConfig | None,
-                             deadline_s: float,
-                             observer: AttemptObserver) -> AsyncIterator[Counterparty]:
+                             deadline_s: float, observer: AttemptObserver,
+                             monotonic: Clock) -> AsyncIterator[Counterparty]:
     """The user's handler or the built-in HTTP handler's `--counterparty-url` preset (opened
-    once, closed on stop), run by the one attempt loop."""
+    once, closed on stop), run by the one attempt loop on `monotonic`."""
     async with _open_handler(handler, http) as opened:
-        yield HandlerCounterparty(opened, handler_retry_policy(deadline_s), observer=observer)
+        yield HandlerCounterparty(opened, handler_retry_policy(deadline_s), clock=monotonic,
+                                  observer=observer)
 
 
 def _open_handler(handler: LoadedHandler | None, http: HttpHandlerConfig | None,

@@ -151,7 +151,7 @@ MUTANTS = [
            "            self._lag.update",
            "Offsets are committed every --commit-interval."),
     Mutant("revoke-commit-not-retried", "dispatcher/pod/engine.py",
-           "            if monotonic_s() + REVOKE_COMMIT_RETRY_S >= ends_at:",
+           "            if self._monotonic() + REVOKE_COMMIT_RETRY_S >= ends_at:",
            "            if True:",
            "A failed revoke commit is tried again while the revoke's budget lasts."),
     Mutant("final-commit-once", "dispatcher/pod/engine.py",
@@ -179,7 +179,7 @@ MUTANTS = [
            "assignment's watermark."),
     Mutant("revoke-skips-calls-in-flight", "dispatcher/pod/engine.py",
            "            await calls_finished(self._held.tasks, keys, max(0.0, ends_at - "
-           "monotonic_s()))",
+           "self._monotonic()))",
            "            pass",
            "Under --ordering a revoke waits for its calls in flight, so two pods never call a "
            "key at once."),
