@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from pathlib import Path
 
 import pytest
 from mypy import api as mypy_api
@@ -16,8 +15,6 @@ from dispatcher.values import value_type
 from dispatcher.wire import OutgoingRecord, SourceRecord
 
 pytestmark = pytest.mark.unit
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _source(offset: int = 7) -> SourceRecord:
