@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from dispatcher.clock import monotonic_s
+from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import ConfigError
 
 _PER_UNIT_S = {
@@ -121,9 +121,10 @@ RECHECK_S = 0.5  # a waiter looks this often whether it was given up (a stop, a 
 class RateGate:
     """Calls start at most at `limit`; `token` waits for the next one in arrival order."""
 
-    def __init__(self, limit: RateLimit) -> None:
+    def __init__(self, limit: RateLimit, clock: Clock = monotonic_s) -> None:
         self.limit = limit
-        self._bucket = TokenBucket(limit, monotonic_s())
+        self._clock = clock  # the pod's: the loop's, bound once (`loop_clock`)
+        self._bucket = TokenBucket(limit, clock())
         self._turn = asyncio.Lock()
         self._in_line = 0  # waiters between asking for the turn and getting or leaving it
 
@@ -132,15 +133,15 @@ class RateGate:
         """Take a token; False (none taken) when `timeout_s` passes or `given_up()` turns true
         first (looked at every RECHECK_S), in line behind other waiters as much as at the
         head: a record whose wait record is due to be written again hears so on time."""
-        give_up_at = None if timeout_s is None else monotonic_s() + timeout_s
+        give_up_at = None if timeout_s is None else self._clock() + timeout_s
         if not await self._my_turn(give_up_at, given_up):
             return False
         try:
-            while (wait_s := self._bucket.delay_s(monotonic_s())) > 0:
+            while (wait_s := self._bucket.delay_s(self._clock())) > 0:
                 if given_up():
                     return False
                 if give_up_at is not None:
-                    left = give_up_at - monotonic_s()
+                    left = give_up_at - self._clock()
                     if left <= 0:
                         return False
                     wait_s = min(wait_s, left)
@@ -159,7 +160,7 @@ class RateGate:
         try:
             while not turn.done():
                 left = RECHECK_S if give_up_at is None else min(RECHECK_S,
-                                                                give_up_at - monotonic_s())
+                                                                give_up_at - self._clock())
                 if left <= 0 or given_up():
                     break
                 await asyncio.wait((turn,), timeout=left)

@@ -177,7 +177,7 @@ async def open_engine(settings: DispatchSettings, *, consumer: SourceConsumer, w
     circuit, adaptive, observer = _flow_control(settings, window, metrics, monotonic)
     http = None if handler else settings.counterparty()
     rate = settings.rate()
-    gate = None if rate is None else RateGate(rate)
+    gate = None if rate is None else RateGate(rate, monotonic)
     async with _open_counterparty(handler, http, settings.deadline, observer,
                                   monotonic) as counterparty:
         if window.mode is Mode.BATCH:

@@ -216,8 +216,8 @@ MUTANTS = [
            "Under --ordering a revoke keeps the holes below the highest called record in "
            "their lanes."),
     Mutant("rate-never-waits", "dispatcher/flow/rate.py",
-           "            while (wait_s := self._bucket.delay_s(monotonic_s())) > 0:",
-           "            while (wait_s := self._bucket.delay_s(monotonic_s()) * 0) > 0:",
+           "            while (wait_s := self._bucket.delay_s(self._clock())) > 0:",
+           "            while (wait_s := self._bucket.delay_s(self._clock()) * 0) > 0:",
            "--rate-limit holds calls to the rate: the gate never waits."),
     Mutant("rate-doubled", "dispatcher/flow/rate.py",
            "        self._interval_s = 1.0 / limit.per_s",
