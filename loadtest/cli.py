@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -527,35 +528,51 @@ def interpreters_command(
 
 @app.command("peer-cpu",
              epilog="Example: waitline loadtest peer-cpu --python ~/.pyenv/.../bin/python "
-                    "--windows 1000 --rounds 5")
+                    "--windows 1000 --rounds 5; the pod beside its protocol floor: "
+                    "waitline loadtest peer-cpu --peer bare-wait --windows 100 --model fixed:100")
 def peer_cpu_command(
     *,
-    python: Annotated[str, typer.Option(
-        help="The peer's interpreter: a python whose environment has the peers extra "
-             "(pyrallel-consumer needs 3.12 or later; `UV_PROJECT_ENVIRONMENT=DIR uv sync "
-             "--frozen --all-extras --python X`).")],
-    peer: Annotated[str, typer.Option(help="The peer: pyrallel-consumer.")] = "pyrallel-consumer",
+    python: Annotated[str | None, typer.Option(
+        help="The peer's interpreter (default: this one): a python whose environment has the "
+             "peers extra (pyrallel-consumer needs 3.12 or later; `UV_PROJECT_ENVIRONMENT=DIR "
+             "uv sync --frozen --all-extras --python X`).")] = None,
+    peer: Annotated[str, typer.Option(
+        help="The peer: pyrallel-consumer, or a baseline loop of compare (bare, bare-wait, "
+             "bare-tuned, bare-wait-tuned; bare-wait is the protocol floor).")
+    ] = "pyrallel-consumer",
     windows: PodWindows = "1000",
     records: PodBacklog = 20_000,
     rounds: Annotated[int, typer.Option(help="Runs of each per window.", min=1)] = 5,
+    model: Annotated[str, typer.Option(
+        help="The mock counterparty's latency model (each has its own mock).")] = "fixed:50",
     bootstrap_servers: BootstrapServers = None,
 ) -> None:
     """Measure CPU per record of this checkout's pod and of a peer, side by side.
 
     Both run at the same time, each against a mock counterparty of its own, as `revisions`
-    measures two revisions; the pod on this interpreter, the peer on --python."""
+    measures two revisions; the pod on this interpreter, the peer on --python. Whatever else
+    loads the machine loads both alike, so the ratio is steadier than that of runs taken one
+    after the other (`compare --scenario overhead`). Against a baseline loop the table's
+    ratio is the pod's CPU per record over the baseline's."""
     from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
     from loadtest.bench.revisions import peer_variants  # noqa: PLC0415
-    from loadtest.bench.scenarios import PEERS  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
 
-    if peer not in PEERS:
-        _fail(f"--peer {peer!r}: choose one of {', '.join(PEERS)}", CONFIG_EXIT_CODE)
+    if peer not in PEERS and peer not in BASELINES:
+        _fail(f"--peer {peer!r}: choose one of {', '.join((*PEERS, *BASELINES))}",
+              CONFIG_EXIT_CODE)
+    try:
+        parse_model(model)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
     sizes = _windows(windows)
     try:
-        variants = peer_variants(peer, python)
+        variants = peer_variants(peer, python or sys.executable)
+        if peer in BASELINES:  # the baseline first: the table's ratio reads "pod ÷ baseline"
+            variants = variants[1], variants[0]
         samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
                                               Path("reports/peer-cpu"), sizes, records,
-                                              rounds, variants=variants,
+                                              rounds, variants=variants, model=model,
                                               on_sample=_echo_sample))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)

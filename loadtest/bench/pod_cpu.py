@@ -82,6 +82,7 @@ class _Bench:
     work_dir: Path
     session: aiohttp.ClientSession
     mock_url: str
+    model: str
 
     async def calls_seen(self) -> int:
         return await mock_calls_seen(self.session, self.mock_url)
@@ -102,7 +103,7 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
         command = ["dispatch", "--input-topic", tag, "--group", tag, "--bootstrap-servers",
                    bench.bootstrap, "--concurrency", str(window), *args]
     else:
-        command = [*loop_args(RunSpec(variant.loop, window, MODEL, records), tag, tag,
+        command = [*loop_args(RunSpec(variant.loop, window, bench.model, records), tag, tag,
                               bench.mock_url, bootstrap=bench.bootstrap,
                               metrics_port=free_port()), *args]
     pod = spawn(command, work_dir / f"{tag}.log", env=env, python=variant.python)
@@ -129,15 +130,15 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
 
 async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int] = (50, 1000),
                           records: int = 20_000, rounds: int = 3, *,
-                          variants: Sequence[PodVariant] = HANDLER_VARIANTS,
+                          variants: Sequence[PodVariant] = HANDLER_VARIANTS, model: str = MODEL,
                           on_sample: Callable[[CpuSample], None] | None = None,
                           ) -> list[CpuSample]:
     """`rounds` samples of each variant at each window, all variants at the same time (which
     one is started first alternates from round to round); `on_sample` sees each as it is
-    taken, so a run cut short still shows its rounds."""
+    taken, so a run cut short still shows its rounds. `model`: the mocks' latency model."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     ports = [free_port() for _ in variants]
-    mocks = [spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(port)],
+    mocks = [spawn(["loadtest", "counterparty", "--model", model, "--port", str(port)],
                    work_dir / f"cpu-mock-{port}.log") for port in ports]
     samples = []
     try:
@@ -147,7 +148,7 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                 url = f"http://127.0.0.1:{port}/"
                 await wait_http(session, f"{url}stats", mock, work_dir / f"cpu-mock-{port}.log",
                                 timeout_s=MOCK_START_S)
-                benches.append(_Bench(bootstrap, work_dir, session, url))
+                benches.append(_Bench(bootstrap, work_dir, session, url, model))
             for window in windows:
                 for round_ in range(rounds):
                     order = list(range(len(variants)))

@@ -90,3 +90,18 @@ def test_an_unknown_peer_is_refused() -> None:
                                       "no-such-peer"])
     assert result.exit_code == CONFIG_EXIT_CODE
     assert "--peer 'no-such-peer'" in result.output
+    assert "bare-wait" in result.output  # the baselines are named among the choices
+
+
+def test_the_protocol_floor_runs_beside_this_pod_on_this_interpreter() -> None:
+    pod, floor = peer_variants("bare-wait", sys.executable)
+    assert pod.loop == "pod" and floor.loop == "bare-wait"
+    assert floor.python == sys.executable and floor.args == ()
+    assert floor.name.startswith("bare-wait, Python ")
+
+
+def test_a_malformed_latency_model_is_refused_before_anything_runs() -> None:
+    result = CliRunner().invoke(app, ["peer-cpu", "--peer", "bare-wait", "--model",
+                                      "fixed:100+nonsense"])
+    assert result.exit_code == CONFIG_EXIT_CODE
+    assert "nonsense" in result.output
