@@ -318,12 +318,46 @@ def compare(
     typer.echo(markdown_table(results))
     typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)
                          + peer_lines(results)))
+    beside = [] if concurrency is not None else _side_by_side(scenario, rounds,
+                                                                bootstrap_servers, work_dir)
     if json_path:
-        write_json(results, json_path)
+        write_json([*results, *beside], json_path)
         typer.echo(f"JSON: {json_path}")
     if plot:
         write_plot(results, plot)
         typer.echo(f"plot: {plot}")
+
+
+SIDE_BY_SIDE_ROUNDS = 5  # pairs at least, as `revisions` runs
+SIDE_BY_SIDE_MODEL = "fixed:100"  # the overhead and peers scenarios' model
+
+
+def _side_by_side(name: str, rounds: int, bootstrap_servers: str | None,
+                  work_dir: Path) -> list[CpuSample]:
+    """A scenario's `side_by_side` windows: the protocol floor and the pod at the same time,
+    printed as a table of the pod's CPU per record over the floor's."""
+    from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
+    from loadtest.bench.revisions import baseline_variants  # noqa: PLC0415
+    from loadtest.bench.scenarios import BARE_WAIT, get_scenario  # noqa: PLC0415
+
+    windows = get_scenario(name).side_by_side
+    if not windows:
+        return []
+    pairs = max(rounds, SIDE_BY_SIDE_ROUNDS)
+    typer.echo(f"Side by side at N = {', '.join(map(str, windows))}: the protocol floor and the "
+               f"pod at the same time, each from a mock of its own ({SIDE_BY_SIDE_MODEL}), "
+               f"{pairs} pairs:", err=True)
+    try:
+        variants = baseline_variants(BARE_WAIT)
+        samples = asyncio.run(measure_pod_cpu(
+            resolve_bootstrap_servers(bootstrap_servers), work_dir / "side-by-side", windows,
+            rounds=pairs, variants=variants, model=SIDE_BY_SIDE_MODEL, on_sample=_echo_sample))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo("The pod beside the protocol floor, at the same time (second / first: the pod's "
+               "CPU per record over the floor's):\n")
+    typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+    return samples
 
 
 @app.command(epilog="Example: waitline loadtest demo --out-dir reports")
@@ -555,7 +589,7 @@ def peer_cpu_command(
     after the other (`compare --scenario overhead`). Against a baseline loop the table's
     ratio is the pod's CPU per record over the baseline's."""
     from loadtest.bench.pod_cpu import markdown, measure_pod_cpu  # noqa: PLC0415
-    from loadtest.bench.revisions import peer_variants  # noqa: PLC0415
+    from loadtest.bench.revisions import baseline_variants, peer_variants  # noqa: PLC0415
     from loadtest.bench.scenarios import BASELINES, PEERS  # noqa: PLC0415
 
     if peer not in PEERS and peer not in BASELINES:
@@ -567,9 +601,9 @@ def peer_cpu_command(
         _fail(str(exc), CONFIG_EXIT_CODE)
     sizes = _windows(windows)
     try:
-        variants = peer_variants(peer, python or sys.executable)
-        if peer in BASELINES:  # the baseline first: the table's ratio reads "pod ÷ baseline"
-            variants = variants[1], variants[0]
+        interpreter = python or sys.executable
+        variants = (baseline_variants(peer, interpreter) if peer in BASELINES
+                    else peer_variants(peer, interpreter))
         samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
                                               Path("reports/peer-cpu"), sizes, records,
                                               rounds, variants=variants, model=model,

@@ -18,6 +18,7 @@ run one after the other saw drift of ±10% between runs).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,10 @@ class CpuSample:
     records: int
     cpu_ms_per_record: float
     records_per_s: float
+    round: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {"kind": "side-by-side", **dataclasses.asdict(self)}
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ async def _backlog(bench: _Bench, index: int, window: int, records: int) -> str:
 
 
 async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records: int,
-                       tag: str) -> CpuSample:
+                       tag: str, *, round_: int) -> CpuSample:
     work_dir = bench.work_dir
     args, env = variant.filled(bench.mock_url, window)
     if variant.loop == "pod":
@@ -125,7 +130,7 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
     (cpu0, calls0, t0), (cpu1, calls1, t1) = samples
     calls = calls1 - calls0
     return CpuSample(variant.name, window, calls, 1000 * (cpu1 - cpu0) / calls,
-                     calls / (t1 - t0))
+                     calls / (t1 - t0), round_)
 
 
 async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int] = (50, 1000),
@@ -156,7 +161,8 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                         order.reverse()
                     tags = {i: await _backlog(benches[i], i, window, records) for i in order}
                     taken = await asyncio.gather(*(
-                        _measure_one(benches[i], variants[i], window, records, tags[i])
+                        _measure_one(benches[i], variants[i], window, records, tags[i],
+                                     round_=round_)
                         for i in order))
                     samples.extend(taken)
                     if on_sample is not None:

@@ -94,6 +94,14 @@ def peer_variants(peer: str, python: str) -> tuple[PodVariant, PodVariant]:
             PodVariant(f"{peer}, {other.name}", (), other.env, python=other.python, loop=peer))
 
 
+def baseline_variants(loop: str, python: str = sys.executable) -> tuple[PodVariant, PodVariant]:
+    """A baseline loop of compare (`bare-wait`: the protocol floor) and this checkout's pod,
+    both on `python`: the baseline first, so a ratio of the second over the first reads
+    "the pod ÷ the baseline"."""
+    pod, baseline = peer_variants(loop, python)
+    return baseline, pod
+
+
 def revision_variants(base: str, head: str | None, work_dir: Path) -> tuple[PodVariant, PodVariant]:
     """The base revision's pod and the head's (this checkout's working tree when `head` is
     None), each exported under `work_dir`."""

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from loadtest.bench.pod_cpu import CpuSample
 from loadtest.bench.revisions import (
     REPO,
+    baseline_variants,
     export_revision,
     imported_from,
     interpreter_variants,
@@ -93,11 +95,19 @@ def test_an_unknown_peer_is_refused() -> None:
     assert "bare-wait" in result.output  # the baselines are named among the choices
 
 
-def test_the_protocol_floor_runs_beside_this_pod_on_this_interpreter() -> None:
-    pod, floor = peer_variants("bare-wait", sys.executable)
+def test_the_protocol_floor_runs_first_beside_this_pod_on_this_interpreter() -> None:
+    """First, so the table's "second / first" reads the pod's CPU over the floor's."""
+    floor, pod = baseline_variants("bare-wait")
     assert pod.loop == "pod" and floor.loop == "bare-wait"
-    assert floor.python == sys.executable and floor.args == ()
+    assert floor.python == pod.python == sys.executable and floor.args == ()
     assert floor.name.startswith("bare-wait, Python ")
+
+
+def test_a_side_by_side_sample_is_a_json_row_of_its_own_kind() -> None:
+    sample = CpuSample("pod", 100, 12_000, 0.25, 970.0, round=2)
+    assert sample.as_json() == {"kind": "side-by-side", "variant": "pod", "window": 100,
+                                "records": 12_000, "cpu_ms_per_record": 0.25,
+                                "records_per_s": 970.0, "round": 2}
 
 
 def test_a_malformed_latency_model_is_refused_before_anything_runs() -> None:
