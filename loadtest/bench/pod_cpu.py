@@ -177,11 +177,12 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
 def markdown(samples: Sequence[CpuSample], names: tuple[str, str] = (
         PRESET.name, SPELLED_OUT.name)) -> str:
     """Median CPU per record of two variants at each window, the second's over the first's
-    (ratio of the medians), and the range of the ratios of the rounds (each round runs both
-    variants at once)."""
+    (ratio of the medians), and the ratios of the rounds (each round runs both variants at
+    once): their median and range."""
     first, second = names
     rows = [f"| window N | {first}: CPU ms/record | {second}: CPU ms/record "
-            f"| second / first | per round (min to max) | records/s (first, second) | rounds |",
+            f"| second / first | per round: median (min to max) | records/s (first, second) "
+            f"| rounds |",
             "|---:|---:|---:|---:|---|---|---:|"]
     for window in sorted({s.window for s in samples}):
         of = {v: [s for s in samples if s.window == window and s.variant == v] for v in names}
@@ -190,9 +191,9 @@ def markdown(samples: Sequence[CpuSample], names: tuple[str, str] = (
         ratios = [b.cpu_ms_per_record / a.cpu_ms_per_record
                   for a, b in zip(of[first], of[second], strict=True)]
         rows.append(f"| {window:,} | {cpu[first]:.3f} | {cpu[second]:.3f} | "
-                    f"{cpu[second] / cpu[first]:.3f} | {min(ratios):.3f} to "
-                    f"{max(ratios):.3f} | {tps[first]:,.0f}, {tps[second]:,.0f} | "
-                    f"{len(of[first])} |")
+                    f"{cpu[second] / cpu[first]:.3f} | {statistics.median(ratios):.3f} "
+                    f"({min(ratios):.3f} to {max(ratios):.3f}) | "
+                    f"{tps[first]:,.0f}, {tps[second]:,.0f} | {len(of[first])} |")
     return "\n".join(rows) + "\n"
 
 

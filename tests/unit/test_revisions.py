@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from loadtest.bench.pod_cpu import CpuSample
+from loadtest.bench.pod_cpu import CpuSample, markdown
 from loadtest.bench.revisions import (
     REPO,
     baseline_variants,
@@ -115,3 +115,12 @@ def test_a_malformed_latency_model_is_refused_before_anything_runs() -> None:
                                       "fixed:100+nonsense"])
     assert result.exit_code == CONFIG_EXIT_CODE
     assert "nonsense" in result.output
+
+
+def test_the_side_by_side_table_gives_the_median_of_the_rounds_ratios_and_their_range() -> None:
+    rounds = [(0.20, 0.21), (0.30, 0.36), (0.25, 0.25)]  # (first, second): 1.05, 1.20, 1.00
+    samples = [sample for i, (a, b) in enumerate(rounds)
+               for sample in (CpuSample("floor", 100, 12_000, a, 930.0, i),
+                              CpuSample("pod", 100, 12_000, b, 970.0, i))]
+    row = markdown(samples, ("floor", "pod")).splitlines()[2]
+    assert row.startswith("| 100 | 0.250 | 0.250 | 1.000 | 1.050 (1.000 to 1.200) |")
