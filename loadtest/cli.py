@@ -45,6 +45,7 @@ from loadtest.mock.generator import produce
 from loadtest.mock.latency import parse_model
 
 if TYPE_CHECKING:
+    from loadtest.bench.calls import CallCount
     from loadtest.bench.compare import RunResult
     from loadtest.bench.pod_cpu import CpuSample
     from loadtest.bench.scenarios import Scenario
@@ -464,6 +465,53 @@ def revisions_command(
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
+
+
+@app.command("calls", epilog="Example: waitline loadtest calls --loops "
+                             "bare-wait-tuned,at-least-once --window 100")
+def calls_command(
+    *,
+    loops: Annotated[str, typer.Option(
+        help="Comma-separated loops (compare's modes), counted one after the other; the "
+             "functions that differ most are the last one's against the first one's.")
+    ] = "bare-wait-tuned,at-least-once",
+    window: Annotated[int, typer.Option(help="The window N of every loop.", min=1)] = 100,
+    records: Annotated[int, typer.Option(
+        help="Backlog per loop; calls are counted from 20% to 70% of it.", min=1000)] = 20_000,
+    model: Annotated[str, typer.Option(help="The mock's latency model.")] = "fixed:100",
+    functions: Annotated[int, typer.Option(help="Rows of the functions that differ most.",
+                                           min=0)] = 40,
+    bootstrap_servers: BootstrapServers = None,
+) -> None:
+    """Count the function calls per record of each loop: what a record costs, without noise.
+
+    Every Python function and built-in one a loop's main thread calls over a window of its
+    steady state (`sys.setprofile`), per record the mock saw meanwhile; counting slows the
+    loop, so this says what it calls, not what each call costs (`profile` samples that)."""
+    from loadtest.bench.calls import count_calls, difference_lines  # noqa: PLC0415
+    from loadtest.bench.scenarios import BASELINES, PEERS, RunSpec  # noqa: PLC0415
+
+    modes = [m.strip() for m in loops.split(",") if m.strip()]
+    known = ("at-least-once", *BASELINES, *PEERS)
+    if not modes or any(m not in known for m in modes):
+        _fail(f"--loops: {loops!r}; choose among {', '.join(known)}", CONFIG_EXIT_CODE)
+    try:
+        parse_model(model)
+    except ConfigError as exc:
+        _fail(str(exc), CONFIG_EXIT_CODE)
+
+    def show(count: CallCount) -> None:
+        typer.echo(f"{count.loop}: N = {count.window}, {count.total_per_record('python'):.1f} "
+                   f"Python and {count.total_per_record('c'):.1f} built-in calls a record over "
+                   f"{count.records:,} records", err=True)
+
+    try:
+        counts = asyncio.run(count_calls(modes, RunSpec(modes[0], window, model, records),
+                                         resolve_bootstrap_servers(bootstrap_servers),
+                                         Path("reports/calls"), on_count=show))
+    except WaitlineError as exc:
+        _fail(str(exc), FAILURE_EXIT_CODE)
+    typer.echo("\n".join(difference_lines(counts, functions)))
 
 
 @app.command("profile", epilog="Example: waitline loadtest profile --window 1000 --rounds 2")
