@@ -204,7 +204,7 @@ def produce_command(
 
 def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                    work_dir: Path, custom: Callable[[], Scenario] | None = None,
-                   rounds: int = 1) -> list[RunResult]:
+                   rounds: int = 1, *, keep_topics: bool = False) -> list[RunResult]:
     """Run scenarios one after another (or the `custom` one), reporting progress; exits
     cleanly on bad input."""
     from loadtest.bench.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
@@ -231,7 +231,8 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                                       markup=False)
 
                 results += asyncio.run(run_scenario(scenario, servers, work_dir,
-                                                    on_progress=show, rounds=rounds))
+                                                    on_progress=show, rounds=rounds,
+                                                    keep_topics=keep_topics))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     return results
@@ -288,6 +289,9 @@ def compare(
     rounds: Annotated[int, typer.Option(
         help="Run every run this many times, the order reversed every other round; the peer "
              "table gives medians and ranges over the rounds.", min=1)] = 1,
+    keep_topics: Annotated[bool, typer.Option(
+        help="Keep each run's topics (input, wait, DLQ) to look into them; by default they "
+             "are deleted after the run.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot.")] = None,
     bootstrap_servers: Annotated[str | None, typer.Option(
@@ -315,7 +319,8 @@ def compare(
                                loop_lag_target=loop_lag_target)
 
     results = _run_scenarios([scenario], bootstrap_servers, work_dir,
-                             custom if concurrency is not None else None, rounds)
+                             custom if concurrency is not None else None, rounds,
+                             keep_topics=keep_topics)
     typer.echo(markdown_table(results))
     typer.echo("\n".join(overhead_lines(results) + saturation_lines(results)
                          + peer_lines(results)))

@@ -38,7 +38,7 @@ from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
-from loadtest.harness.topics import create_topic
+from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,6 +201,7 @@ async def _count_one(rig: _Rig, spec: RunSpec) -> CallCount:
             await asyncio.sleep(0.1)
     finally:
         await asyncio.to_thread(stop, child)
+        await delete_run_topics(rig.bootstrap, tag)
     data = json.loads(await asyncio.to_thread(out.read_text))
     return CallCount(spec.mode, int(spec.concurrency), seen[1] - seen[0], data["python"],
                      data["c"])

@@ -49,7 +49,7 @@ from loadtest.harness.measure import (
     steady_state,
 )
 from loadtest.harness.processes import HarnessError, get_json, get_metrics, spawn, stop, wait_http
-from loadtest.harness.topics import create_topic
+from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 from loadtest.mock.latency import ERROR_STATUS, parse_model
 
@@ -99,8 +99,9 @@ def effective_window(metrics: dict[tuple[str, str], float]) -> float:
 
 async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
                   on_progress: Callable[[str], None] = lambda _: None, *,
-                  round_: int = 0) -> RunResult:
-    """One run of a mode and window: fresh topic and group, a mock, the pod; measured."""
+                  round_: int = 0, keep_topics: bool = False) -> RunResult:
+    """One run of a mode and window: fresh topic and group, a mock, the pod; measured. The
+    run's topics are deleted after it unless `keep_topics` (to look into them)."""
     model = parse_model(spec.model)
     tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
     topic, group = f"lt-{tag}", f"lt-{tag}"
@@ -127,6 +128,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
         if pod is not None:
             stop(pod)
         stop(mock)
+        if not keep_topics:
+            await delete_run_topics(bootstrap, topic)
 
     window = steady_state(samples, total=spec.records, warmup_s=spec.warmup_s)
     if window is None:
@@ -215,9 +218,10 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
 
 async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
                        on_progress: Callable[[str], None] = lambda _: None,
-                       rounds: int = 1) -> list[RunResult]:
+                       rounds: int = 1, *, keep_topics: bool = False) -> list[RunResult]:
     """The scenario's runs one after the other, `rounds` times, in reverse order every other
-    round (so drift of a shared machine does not favour the runs that come first)."""
+    round (so drift of a shared machine does not favour the runs that come first); each run's
+    topics are deleted after it unless `keep_topics`."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
     results: list[RunResult] = []
     total = rounds * len(scenario.runs)
@@ -232,7 +236,7 @@ async def run_scenario(scenario: Scenario, bootstrap: str, work_dir: Path,
                 on_progress(f"{where}: {text}")
 
             results.append(await run_one(scenario.name, spec, bootstrap, work_dir, progress,
-                                         round_=round_))
+                                         round_=round_, keep_topics=keep_topics))
     return results
 
 

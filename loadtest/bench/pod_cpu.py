@@ -32,7 +32,7 @@ from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
-from loadtest.harness.topics import create_topic
+from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
 MODEL = "fixed:50"
@@ -127,6 +127,7 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
             samples.append((cpu.user + cpu.system, done, time.monotonic()))
     finally:
         await asyncio.to_thread(stop, pod)
+        await delete_run_topics(bench.bootstrap, tag)
     (cpu0, calls0, t0), (cpu1, calls1, t1) = samples
     calls = calls1 - calls0
     return CpuSample(variant.name, window, calls, 1000 * (cpu1 - cpu0) / calls,

@@ -44,7 +44,7 @@ from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
-from loadtest.harness.topics import create_topic
+from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
 MODEL = "fixed:100"  # as the overhead scenario: one call 100 ms, so N / 0.1 s is the bound
@@ -312,6 +312,7 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
         if loop is not None:
             await asyncio.to_thread(stop, loop)
         await asyncio.to_thread(stop, mock)
+        await delete_run_topics(bootstrap, tag)
     with (work_dir / f"{tag}.raw").open() as raw:
         if sampler == "perf":
             components, functions = perf_tally(raw)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
 
 from dispatcher.errors import WaitlineError
 from dispatcher.kafka.topics import replication_factor
 from loadtest.harness.clients import KafkaTarget, client_options
+
+log = logging.getLogger(__name__)
 
 INPUT_PARTITIONS = 8  # of each run's input topic, unless a run says otherwise
 TOPIC_VISIBLE_TIMEOUT_S = 30.0
@@ -37,3 +41,26 @@ async def create_topic(kafka: KafkaTarget, topic: str, partitions: int = INPUT_P
             await asyncio.sleep(0.05)
     finally:
         await admin.close()
+
+
+async def delete_run_topics(kafka: KafkaTarget, tag: str) -> list[str]:
+    """Delete the topics a run made: `tag` (its input topic) and those named after it
+    (`tag.wait`, `tag.dlq`, `tag.wait.dlq`, … from a group named `tag`); the names deleted.
+
+    Every run makes fresh topics; kept, they pile up on a long-lived local broker until it has
+    no file descriptors left for a new one (each partition holds its segment files open: some
+    2,500 topics of 8 partitions reached a broker's limit of 20,000, and its next topic's
+    records could not be written)."""
+    admin = AIOKafkaAdminClient(**client_options(kafka))
+    try:
+        await admin.start()
+        names = sorted(t for t in await admin.list_topics()
+                       if t == tag or t.startswith(f"{tag}."))
+        if names:
+            await admin.delete_topics(names)
+    except (KafkaError, OSError) as exc:  # never in place of the run's own outcome
+        log.warning("could not delete the topics of %s: %r", tag, exc)
+        return []
+    finally:
+        await admin.close()
+    return names

@@ -1,0 +1,50 @@
+"""The load-test harness deletes the topics a run made, on the real broker: a long-lived local
+broker filled with every run's topics ran out of file descriptors, and the next run's records
+could not be written (docs/BENCHMARKS.md, issue 43's last section)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from loadtest.harness.topics import create_topic, delete_run_topics
+
+pytestmark = pytest.mark.integration
+
+
+async def _topics(bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def test_a_runs_topics_are_deleted_and_no_other_topic_is(
+    kafka_bootstrap: str, unique_name: Callable[[str], str]
+) -> None:
+    tag = unique_name("lt-run")
+    made = [tag, f"{tag}.wait", f"{tag}.dlq", f"{tag}.wait.dlq"]
+    other = f"{tag}-0"  # another run's name that only starts alike: kept
+    for topic in [*made, other]:
+        await create_topic(kafka_bootstrap, topic, partitions=1)
+
+    assert await delete_run_topics(kafka_bootstrap, tag) == sorted(made)
+
+    deadline = time.monotonic() + 30
+    while (left := await _topics(kafka_bootstrap)) & set(made):
+        assert time.monotonic() < deadline, f"still listed: {left & set(made)}"
+        await asyncio.sleep(0.2)
+    assert other in left
+
+
+async def test_deleting_on_an_unreachable_broker_warns_and_names_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Called in a run's cleanup: it must not raise in place of the run's own outcome."""
+    assert await delete_run_topics("127.0.0.1:9", "lt-nothing") == []
+    assert "could not delete the topics of lt-nothing" in caplog.text
