@@ -18,7 +18,6 @@ run one after the other saw drift of ±10% between runs).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -76,9 +75,6 @@ class CpuSample:
     cpu_ms_per_record: float
     records_per_s: float
     round: int = 0
-
-    def as_json(self) -> dict[str, object]:
-        return {"kind": "side-by-side", **dataclasses.asdict(self)}
 
 
 @dataclass(frozen=True)

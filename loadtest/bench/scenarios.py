@@ -66,10 +66,6 @@ class Scenario:
     name: str
     description: str
     runs: tuple[RunSpec, ...]
-    # Windows at which the pod and the protocol floor (bare-wait) then also drain backlogs at
-    # the same time, each from a mock of its own (`loadtest.bench.pod_cpu`): whatever else loads
-    # the machine loads both alike, so their CPU ratio is steadier than that of the runs above.
-    side_by_side: tuple[int, ...] = ()
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -144,8 +140,7 @@ SCENARIOS: dict[str, Scenario] = {
             "(`waitline loadtest bare`: no wait topic, no retries, offsets auto-committed), and "
             "against the protocol floor (bare-wait: the same loop writing each record's "
             "acknowledged wait record and tombstone around its POST, no engine), on the same "
-            "mock (fixed:100) at N = 100 and 1000, one after the other; then the pod and the "
-            "floor side by side at N = 100, at the same time.",
+            "mock (fixed:100) at N = 100 and 1000, one after the other.",
             (
                 RunSpec(BARE, 100, "fixed:100", 30_000, max_duration_s=60.0),
                 RunSpec(BARE_WAIT, 100, "fixed:100", 30_000, max_duration_s=60.0),
@@ -154,7 +149,6 @@ SCENARIOS: dict[str, Scenario] = {
                 RunSpec(BARE_WAIT, 1000, "fixed:100", 60_000, max_duration_s=60.0),
                 RunSpec("at-least-once", 1000, "fixed:100", 60_000, max_duration_s=60.0),
             ),
-            side_by_side=(100,),
         ),
         Scenario(
             "peers",
@@ -163,12 +157,11 @@ SCENARIOS: dict[str, Scenario] = {
             "unordered, max_in_flight = N, its own at-least-once commits, a DLQ after 3 "
             "attempts; the peers extra, Python 3.12 or later), on the same mock (fixed:100) at "
             "N = 100 and 1000, one after the other; with --rounds, the order alternates and the "
-            "peer table gives medians; then the pod and the floor side by side at N = 100.",
+            "peer table gives medians.",
             tuple(RunSpec(mode, n, "fixed:100", records, max_duration_s=60.0)
                   for n, records in ((100, 30_000), (1000, 60_000))
                   for mode in (BARE, BARE_TUNED, BARE_WAIT, BARE_WAIT_TUNED, "at-least-once",
                                PYRALLEL)),
-            side_by_side=(100,),
         ),
         Scenario(
             "tiny",

@@ -81,15 +81,6 @@ def test_the_overhead_scenario_pairs_the_baselines_with_the_pod_at_each_window()
     assert len({run.model for run in runs}) == 1
 
 
-@pytest.mark.parametrize("name", ["overhead", "peers"])
-def test_the_goal_scenarios_end_with_the_pod_beside_its_floor_at_n_100(name: str) -> None:
-    """The N = 100 clause (CPU ÷ the protocol floor) is measured with both at once too; the
-    other scenarios run nothing side by side."""
-    assert SCENARIOS[name].side_by_side == (100,)
-    others = [s for s in SCENARIOS.values() if s.name not in {"overhead", "peers"}]
-    assert all(not s.side_by_side for s in others)
-
-
 def _row(mode: str, n: int, cpu: float, tps: float, round_: int = 0) -> RunResult:
     return RunResult(scenario="overhead", mode=mode, concurrency=n, model="fixed:100",
                      records=1000, finished=1000, tps=tps, bound_tps=1000.0, efficiency=0.9,

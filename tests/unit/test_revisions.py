@@ -103,13 +103,6 @@ def test_the_protocol_floor_runs_first_beside_this_pod_on_this_interpreter() -> 
     assert floor.name.startswith("bare-wait, Python ")
 
 
-def test_a_side_by_side_sample_is_a_json_row_of_its_own_kind() -> None:
-    sample = CpuSample("pod", 100, 12_000, 0.25, 970.0, round=2)
-    assert sample.as_json() == {"kind": "side-by-side", "variant": "pod", "window": 100,
-                                "records": 12_000, "cpu_ms_per_record": 0.25,
-                                "records_per_s": 970.0, "round": 2}
-
-
 def test_a_malformed_latency_model_is_refused_before_anything_runs() -> None:
     result = CliRunner().invoke(app, ["peer-cpu", "--peer", "bare-wait", "--model",
                                       "fixed:100+nonsense"])
