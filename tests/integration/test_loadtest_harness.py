@@ -62,17 +62,39 @@ def _compare(tmp_path: Path, kafka_bootstrap: str, name: str,
     return rows
 
 
+async def _named(prefix: str, bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return {t for t in await admin.list_topics() if t.startswith(prefix)}
+    finally:
+        await admin.close()
+
+
+async def _left(prefix: str, bootstrap: str, before: set[str], wait_s: float = 30.0) -> set[str]:
+    """The topics named `prefix…` that were not there `before`, once none is left, or those
+    still listed after `wait_s` (a broker deletes a topic shortly after it was asked to)."""
+    for _ in range(int(wait_s / 0.2)):
+        if not (left := await _named(prefix, bootstrap) - before):
+            break
+        await asyncio.sleep(0.2)
+    return left
+
+
 @pytest.mark.timeout(300)
 def test_free_parameters_run_the_bare_baseline_and_the_adaptive_window(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """`--mode bare` runs the overhead baseline loop, measured like the pod; `--concurrency
     auto` runs the pod's adaptive window, whose mean size is reported."""
+    before = asyncio.run(_named("lt-custom-bare-10-", kafka_bootstrap))
     (bare,) = _compare(tmp_path, kafka_bootstrap, "bare", "--mode", "bare", "--concurrency",
                        "10", "--model", "fixed:100", "--duration", "3s", "--partitions", "2")
     assert (bare["mode"], bare["concurrency"], bare["finished"]) == ("bare", 10,
                                                                       bare["records"])
     assert float(str(bare["cpu_s_per_1000"])) > 0
+    # the run's topics are deleted after it
+    assert asyncio.run(_left("lt-custom-bare-10-", kafka_bootstrap, before)) == set()
     (auto,) = _compare(tmp_path, kafka_bootstrap, "auto", "--concurrency", "auto",
                        "--max-concurrency", "40", "--model", "fixed:100+capacity:20",
                        "--duration", "5s")
@@ -90,7 +112,7 @@ def test_the_protocol_floor_prepares_and_tombstones_every_record_as_the_pod_woul
     in the same partition: the floor pays the lifecycle's two acknowledged writes in full."""
     (floor,) = _compare(tmp_path, kafka_bootstrap, "floor", "--mode", "bare-wait",
                         "--concurrency", "10", "--model", "fixed:50", "--duration", "2s",
-                        "--partitions", "2")
+                        "--partitions", "2", "--keep-topics")  # read below
     assert (floor["mode"], floor["finished"]) == ("bare-wait", floor["records"])
 
     async def written() -> tuple[set[uuid.UUID], WaitTopic]:
