@@ -37,7 +37,14 @@ import aiohttp
 from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.processes import (
+    HarnessError,
+    await_mock_calls,
+    mock_calls_seen,
+    spawn,
+    stop,
+    wait_http,
+)
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
@@ -185,14 +192,8 @@ async def _count_one(rig: _Rig, spec: RunSpec) -> CallCount:
         start_calls = await mock_calls_seen(rig.session, rig.url)
         seen = []
         for share, signum in ((START_SHARE, signal.SIGUSR1), (END_SHARE, signal.SIGUSR2)):
-            deadline = time.monotonic() + 900
-            while (done := await mock_calls_seen(rig.session, rig.url)
-                   - start_calls) < share * spec.records:
-                if child.poll() is not None or time.monotonic() > deadline:
-                    raise HarnessError(f"{spec.mode}: stopped or stalled at {done} calls; "
-                                       f"see {log}")
-                await asyncio.sleep(0.05)
-            seen.append(done)
+            seen.append(await await_mock_calls(rig.session, rig.url, share * spec.records, child,
+                                               log, since=start_calls, timeout_s=900.0))
             child.send_signal(signum)
         deadline = time.monotonic() + 60
         while not await asyncio.to_thread(out.exists):  # written whole, then renamed

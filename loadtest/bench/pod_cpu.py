@@ -30,7 +30,7 @@ import psutil
 from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.processes import await_mock_calls, mock_calls_seen, spawn, stop, wait_http
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
@@ -74,7 +74,6 @@ class CpuSample:
     records: int
     cpu_ms_per_record: float
     records_per_s: float
-    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ async def _backlog(bench: _Bench, index: int, window: int, records: int) -> str:
 
 
 async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records: int,
-                       tag: str, *, round_: int) -> CpuSample:
+                       tag: str) -> CpuSample:
     work_dir = bench.work_dir
     args, env = variant.filled(bench.mock_url, window)
     if variant.loop == "pod":
@@ -113,12 +112,8 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
         start_calls = await bench.calls_seen()
         samples = []
         for share in (0.2, 0.8):
-            deadline = time.monotonic() + 600
-            while (done := await bench.calls_seen() - start_calls) < share * records:
-                if pod.poll() is not None or time.monotonic() > deadline:
-                    raise HarnessError(f"{tag}: pod stopped or stalled at {done} calls; see "
-                                       f"{work_dir / f'{tag}.log'}")
-                await asyncio.sleep(0.05)
+            done = await await_mock_calls(bench.session, bench.mock_url, share * records, pod,
+                                          work_dir / f"{tag}.log", since=start_calls)
             cpu = process.cpu_times()
             samples.append((cpu.user + cpu.system, done, time.monotonic()))
     finally:
@@ -127,7 +122,7 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
     (cpu0, calls0, t0), (cpu1, calls1, t1) = samples
     calls = calls1 - calls0
     return CpuSample(variant.name, window, calls, 1000 * (cpu1 - cpu0) / calls,
-                     calls / (t1 - t0), round_)
+                     calls / (t1 - t0))
 
 
 async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int] = (50, 1000),
@@ -158,8 +153,7 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                         order.reverse()
                     tags = {i: await _backlog(benches[i], i, window, records) for i in order}
                     taken = await asyncio.gather(*(
-                        _measure_one(benches[i], variants[i], window, records, tags[i],
-                                     round_=round_)
+                        _measure_one(benches[i], variants[i], window, records, tags[i])
                         for i in order))
                     samples.extend(taken)
                     if on_sample is not None:

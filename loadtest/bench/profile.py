@@ -43,7 +43,14 @@ import psutil
 from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.processes import (
+    HarnessError,
+    await_mock_calls,
+    mock_calls_seen,
+    spawn,
+    stop,
+    wait_http,
+)
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
@@ -292,12 +299,8 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
                                    metrics_port=free_port()), work_dir / f"{tag}.log",
                          env={"PYTHONPERFSUPPORT": "1"} if sampler == "perf" else None)
             process = psutil.Process(loop.pid)
-            deadline = time.monotonic() + 600
-            while (calls := await mock_calls_seen(session, url)) < START_SHARE * records:
-                if loop.poll() is not None or time.monotonic() > deadline:
-                    raise HarnessError(f"{tag}: the loop stopped or stalled at {calls} calls; "
-                                       f"see {work_dir / f'{tag}.log'}")
-                await asyncio.sleep(0.05)
+            calls = await await_mock_calls(session, url, START_SHARE * records, loop,
+                                           work_dir / f"{tag}.log")
             on_progress(f"{profile.mode} N={profile.window}: sampling for {seconds:g} s")
             before = process.cpu_times()
             started = time.monotonic()

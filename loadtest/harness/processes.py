@@ -70,6 +70,20 @@ async def mock_calls_seen(session: aiohttp.ClientSession, mock_url: str) -> int:
     return int(str((await get_json(session, f"{mock_url}stats"))["requests"]))
 
 
+async def await_mock_calls(session: aiohttp.ClientSession, mock_url: str, at_least: float,
+                           loop: subprocess.Popen[bytes], log_path: Path, *, since: int = 0,
+                           timeout_s: float = 600.0) -> int:
+    """The calls the mock has seen beyond `since`, once they are `at_least`; HarnessError if
+    the loop calling it exits or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while (done := await mock_calls_seen(session, mock_url) - since) < at_least:
+        if loop.poll() is not None or time.monotonic() > deadline:
+            raise HarnessError(f"{log_path.stem}: the loop stopped or stalled at {done} calls; "
+                               f"see {log_path}")
+        await asyncio.sleep(0.05)
+    return done
+
+
 async def wait_http(session: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes],
                      log_path: Path, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s

@@ -112,8 +112,8 @@ def test_a_malformed_latency_model_is_refused_before_anything_runs() -> None:
 
 def test_the_side_by_side_table_gives_the_median_of_the_rounds_ratios_and_their_range() -> None:
     rounds = [(0.20, 0.21), (0.30, 0.36), (0.25, 0.25)]  # (first, second): 1.05, 1.20, 1.00
-    samples = [sample for i, (a, b) in enumerate(rounds)
-               for sample in (CpuSample("floor", 100, 12_000, a, 930.0, i),
-                              CpuSample("pod", 100, 12_000, b, 970.0, i))]
+    samples = [sample for a, b in rounds
+               for sample in (CpuSample("floor", 100, 12_000, a, 930.0),
+                              CpuSample("pod", 100, 12_000, b, 970.0))]
     row = markdown(samples, ("floor", "pod")).splitlines()[2]
     assert row.startswith("| 100 | 0.250 | 0.250 | 1.000 | 1.050 (1.000 to 1.200) |")
