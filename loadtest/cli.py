@@ -454,7 +454,7 @@ def calls_command(
                                            min=0)] = 40,
     bootstrap_servers: BootstrapServers = None,
 ) -> None:
-    """Count the function calls per record of each loop: what a record costs, without noise.
+    """Count the function calls per record of each loop: what a record costs, timing aside.
 
     Every Python function and built-in one a loop's main thread calls over a window of its
     steady state (`sys.setprofile`), per record the mock saw meanwhile; counting slows the

@@ -1,8 +1,10 @@
-"""Function calls per record of a loop, counted: the deterministic view of what a record costs.
+"""Function calls per record of a loop, counted: a steadier view of what a record costs.
 
 CPU per record moves by several per cent from run to run on a shared machine, more than most
-single changes do; how many Python functions (and built-in ones) a loop calls per record does
-not. `waitline loadtest calls` runs each loop in turn over a backlog from a mock counterparty,
+single changes do. How many Python functions (and built-in ones) a loop calls per record moves
+too, since records share fetches, loop turns and producer batches as the timing allows, but
+the difference between two loops counted in one run moves far less (docs/BENCHMARKS.md).
+`waitline loadtest calls` runs each loop in turn over a backlog from a mock counterparty,
 counts every call its main thread makes over a window of its steady state (`sys.setprofile`:
 "call" for a Python function, a coroutine's resume included, "c_call" for a built-in one, by
 the function that calls it), and prints the calls per record of each loop and the functions
