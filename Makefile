@@ -7,15 +7,20 @@ export WAITLINE_CACHE_DIR ?= $(CURDIR)/.cache
 # under the cache): the tests build the wheel and the images' build stage with it.
 export PATH := $(PATH):$(WAITLINE_CACHE_DIR)/uv/bin
 
-.PHONY: setup test test-extended test-unit simulate mutants lint demo bench bench-guard chaos chaos-cluster up down status clean
+.PHONY: setup setup-peers test test-extended test-unit simulate mutants lint demo bench bench-guard chaos chaos-cluster up down status clean
 
 setup:
 	@bash compose/local/setup.sh
 
+# setup, and the Cassandra server the peers benchmark's prosody-events keeps its state in
+# (`waitline dev up --cassandra`); make test runs its peer test too.
+setup-peers:
+	@WAITLINE_SETUP_PEERS=1 bash compose/local/setup.sh
+
 # Two pytest-xdist workers: the Kafka/PostgreSQL tests in one, the Spark tests in the other, each
 # on a stack of its own (tests/conftest.py groups them); the service-free tests fill both.
 TEST_WORKERS ?= 2
-test: setup
+test: setup-peers
 	$(VENV)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # What make test leaves out for time (marker `extended`: the cluster's fault scenarios, mTLS

@@ -42,12 +42,16 @@ def up(
         "--spark", help="Also start a Spark standalone master and worker (for spark-submit).",
     )] = False,
     cluster: ClusterOption = False,
+    cassandra: Annotated[bool, typer.Option(
+        "--cassandra", help="Also start a Cassandra node: the peers benchmark's prosody-events "
+                            "keeps its state there (its jars: make setup-peers).",
+    )] = False,
 ) -> None:
     """Start Kafka and PostgreSQL (idempotent) and wait until both answer."""
     stack = _stack()
     try:
         with console.status("starting the local stack…"):
-            started = stack.up(spark=spark, cluster=cluster)
+            started = stack.up(spark=spark, cluster=cluster, cassandra=cassandra)
     except WaitlineError as exc:
         err_console.print(f"[red]dev up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
@@ -59,6 +63,8 @@ def up(
         endpoints.append(("kafka", conn.bootstrap_servers))
     if spark:
         endpoints.append(("spark", f"{stack.spark.master_url} (UI {stack.spark.master_ui})"))
+    if cassandra:
+        endpoints.append(("cassandra", stack.cassandra.nodes))
     for name, endpoint in endpoints:
         state = "started" if name in started else "already running"
         console.print(f"{name:<9} {state:<16} {endpoint}", highlight=False, soft_wrap=True)

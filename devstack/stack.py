@@ -1,6 +1,7 @@
 """The local stack: a real single-node Kafka (KRaft) and a real PostgreSQL as local processes;
 with the cluster profile, the secured three-node cluster (`devstack/cluster.py`) in place of the
-single PLAINTEXT broker.
+single PLAINTEXT broker; on request a Spark cluster, and a Cassandra node for the peers
+benchmark (`devstack/cassandra.py`).
 
 No Docker: Kafka runs from the Apache Kafka jars that `make setup` fetched from Maven Central
 (`$WAITLINE_CACHE_DIR/kafka-libs`), PostgreSQL from Debian's package, as the `postgres` user when
@@ -15,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from devstack.cassandra import CassandraService
 from devstack.cluster import SecureCluster
 from devstack.kafka import KafkaService
 from devstack.postgres import PostgresService
@@ -24,8 +26,8 @@ from dispatcher.endpoints import StackConnection
 from dispatcher.ports import free_port, port_is_free
 
 # Re-exported: tests, the load-test harness and helpers' notes import these from here.
-__all__ = ["KafkaService", "LocalStack", "PostgresService", "SecureCluster", "ServiceStatus",
-           "SparkClusterService", "StackPorts"]
+__all__ = ["CassandraService", "KafkaService", "LocalStack", "PostgresService", "SecureCluster",
+           "ServiceStatus", "SparkClusterService", "StackPorts"]
 
 
 @dataclass
@@ -36,6 +38,8 @@ class StackPorts:
     spark_master: int = 17077
     spark_master_ui: int = 18080
     spark_worker_ui: int = 18081
+    cassandra: int = 19042  # CQL; the peers benchmark only (`dev up --cassandra`)
+    cassandra_storage: int = 17000
 
     @classmethod
     def choose(cls, preferred: StackPorts | None = None) -> StackPorts:
@@ -63,6 +67,8 @@ class LocalStack:
         self.kafka = KafkaService(self.state_dir / "kafka", ports.kafka, ports.kafka_controller)
         self.postgres = PostgresService(self.state_dir / "postgres", ports.postgres)
         self.spark = SparkClusterService(self.state_dir / "spark", ports.spark)
+        self.cassandra = CassandraService(self.state_dir / "cassandra", ports.cassandra,
+                                          ports.cassandra_storage)
 
     @property
     def _ports_path(self) -> Path:
@@ -81,18 +87,23 @@ class LocalStack:
     def connection(self) -> StackConnection:
         return StackConnection(self.kafka.bootstrap_servers, self.postgres.dsn)
 
-    def up(self, *, spark: bool = False, cluster: bool = False) -> list[str]:
+    def up(self, *, spark: bool = False, cluster: bool = False,
+           cassandra: bool = False) -> list[str]:
         """Start what is not running: PostgreSQL, the single broker or (`cluster`) the secured
-        cluster, the Spark cluster too when `spark`; wait until it answers; returns what was
-        started. The connection file names the single broker, so only its profile writes it."""
+        cluster, the Spark cluster too when `spark`, a Cassandra node when `cassandra` (the
+        peers benchmark's); wait until it answers; returns what was started. The connection
+        file names the single broker, so only its profile writes it."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.kafka.pid() is None and self.postgres.pid() is None and self.spark.pid() is None:
+        if all(service.pid() is None for service in (self.kafka, self.postgres, self.spark,
+                                                     self.cassandra)):
             # Nothing of ours runs: re-check that the remembered ports are still free.
             self._use_ports(StackPorts.choose(self.ports))
         self._ports_path.write_text(json.dumps(asdict(self.ports)) + "\n")
         started = []
-        services: list[PostgresService | KafkaService | SparkClusterService] = [
-            self.postgres, *([] if cluster else [self.kafka]), *([self.spark] if spark else [])]
+        services: list[PostgresService | KafkaService | SparkClusterService
+                       | CassandraService] = [
+            self.postgres, *([] if cluster else [self.kafka]), *([self.spark] if spark else []),
+            *([self.cassandra] if cassandra else [])]
         try:  # a service that fails to start stops the ones started before it
             for service in services:
                 if service.pid() is None:
@@ -106,6 +117,8 @@ class LocalStack:
                 self.kafka.wait_healthy()
             if spark:
                 self.spark.wait_healthy()
+            if cassandra:
+                self.cassandra.wait_healthy()
         except BaseException:
             self.down()
             raise
@@ -116,7 +129,7 @@ class LocalStack:
     def down(self) -> list[str]:
         """Stop everything this stack started, both profiles; returns what was stopped."""
         stopped = []
-        for service in (self.spark, self.kafka):
+        for service in (self.cassandra, self.spark, self.kafka):
             if service.pid() is not None:
                 service.stop()
                 stopped.append(service.name)
@@ -130,8 +143,9 @@ class LocalStack:
     def status(self, *, cluster: bool = False) -> list[ServiceStatus]:
         """PostgreSQL and the broker(s) of the profile: the single broker, or with `cluster`
         the secured cluster's nodes (and the single broker only while it runs too); the Spark
-        cluster while it runs (it is optional)."""
+        cluster and Cassandra while they run (both are optional)."""
         kafka = ([self.kafka.status()] if not cluster or self.kafka.pid() is not None else [])
         nodes = self.cluster.status() if cluster else []
-        spark = [self.spark.status()] if self.spark.pid() is not None else []
-        return [*kafka, *nodes, self.postgres.status(), *spark]
+        optional = [service.status() for service in (self.spark, self.cassandra)
+                    if service.pid() is not None]
+        return [*kafka, *nodes, self.postgres.status(), *optional]

@@ -2,7 +2,8 @@
 
 - `WAITLINE_CACHE_DIR` (default `<repo>/.cache`): downloads `make setup` fetched once and later
   runs read offline: the Kafka broker jars (`kafka-libs/`), Spark's Kafka connector
-  (`spark-jars/`).
+  (`spark-jars/`), and for the peers benchmark only the Cassandra server (`cassandra-libs/`,
+  `make setup-peers`).
 - `WAITLINE_STATE_DIR` (default `./.waitline`): what the local stack and the jobs write: service
   data and logs, the connection file `stack.json`, Spark checkpoints.
 
@@ -38,3 +39,9 @@ def kafka_libs_dir() -> Path:
 def spark_jars_dir() -> Path:
     """Spark's Kafka connector and its dependencies."""
     return cache_dir() / "spark-jars"
+
+
+def cassandra_libs_dir() -> Path:
+    """The Apache Cassandra server jars (the peers benchmark's prosody-events keeps its state
+    there; `make setup-peers`)."""
+    return cache_dir() / "cassandra-libs"

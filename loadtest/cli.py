@@ -152,27 +152,37 @@ def bare(
 @app.command(epilog="Example: waitline loadtest peer pyrallel-consumer --topic orders --url "
                     "http://127.0.0.1:8080/ --concurrency 1000 --metrics-port 9200")
 def peer(
-    name: Annotated[str, typer.Argument(help="The peer: pyrallel-consumer.")],
+    name: Annotated[str, typer.Argument(help="The peer: pyrallel-consumer or prosody-events.")],
     *,
     topic: Annotated[str, typer.Option(help="Topic to consume.")],
     url: Annotated[str, typer.Option(help="URL each value is POSTed to.")],
     group: Annotated[str, typer.Option(help="Consumer group.")] = "waitline-peer",
-    concurrency: Annotated[int, typer.Option(help="Calls in flight (its max_in_flight).",
-                                             min=1)] = 100,
+    concurrency: Annotated[int, typer.Option(
+        help="Calls in flight (pyrallel-consumer's max_in_flight, prosody-events' "
+             "max_concurrency).", min=1)] = 100,
     metrics_port: Annotated[int, typer.Option(help="Port of /metrics.", min=1)] = 9200,
     bootstrap_servers: Annotated[str | None, typer.Option(
         help="Kafka bootstrap servers; default: the local stack.")] = None,
+    cassandra_nodes: Annotated[str | None, typer.Option(
+        help="prosody-events only: its Cassandra; default: PROSODY_CASSANDRA_NODES, else the "
+             "local stack's (waitline dev up --cassandra).")] = None,
 ) -> None:
     """Another parallel consumer on the same job as the pod: consume and POST each value."""
-    from loadtest.bench.peers import run_pyrallel_loop  # noqa: PLC0415
-    from loadtest.bench.scenarios import PEERS, PYRALLEL  # noqa: PLC0415
+    from loadtest.bench import peers  # noqa: PLC0415
+    from loadtest.bench.scenarios import PEERS, PROSODY, PYRALLEL  # noqa: PLC0415
 
-    if name != PYRALLEL:
+    if name not in PEERS:
         _fail(f"unknown peer {name!r}; choose one of: {', '.join(PEERS)}", CONFIG_EXIT_CODE)
     try:
         servers = resolve_bootstrap_servers(bootstrap_servers)
-        asyncio.run(run_pyrallel_loop(bootstrap=servers, topic=topic, group=group, url=url,
-                                      concurrency=concurrency, metrics_port=metrics_port))
+        if name == PYRALLEL:
+            asyncio.run(peers.run_pyrallel_loop(
+                bootstrap=servers, topic=topic, group=group, url=url, concurrency=concurrency,
+                metrics_port=metrics_port))
+        elif name == PROSODY:
+            asyncio.run(peers.run_prosody_loop(
+                bootstrap=servers, topic=topic, group=group, url=url, concurrency=concurrency,
+                metrics_port=metrics_port, cassandra=peers.cassandra_nodes(cassandra_nodes)))
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
 
@@ -208,11 +218,13 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
     """Run scenarios one after another (or the `custom` one), reporting progress; exits
     cleanly on bad input."""
     from loadtest.bench.compare import run_scenario  # noqa: PLC0415 - heavy imports only when used
+    from loadtest.bench.peers import preflight  # noqa: PLC0415
     from loadtest.bench.scenarios import get_scenario  # noqa: PLC0415
 
     try:
         scenarios = [custom()] if custom else [get_scenario(name) for name in names]
         servers = resolve_bootstrap_servers(bootstrap_servers)
+        preflight({run.mode for scenario in scenarios for run in scenario.runs})
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
     console = Console(stderr=True)
@@ -267,7 +279,8 @@ def compare(
     mode: Annotated[str, typer.Option(
         help="at-least-once, batch, bare, bare-wait (the baseline loops; -tuned: on the pod's "
              "event loop and collector thresholds) or "
-             "pyrallel-consumer (a peer: the peers extra).",
+             "a peer of the peers extra: pyrallel-consumer, prosody-events (its Cassandra: "
+             "waitline dev up --cassandra).",
         rich_help_panel=_FREE)] = "at-least-once",
     partitions: Annotated[int, typer.Option(
         help="Partitions of each run's input topic.", rich_help_panel=_FREE)] = 8,
@@ -590,8 +603,8 @@ def peer_cpu_command(
              "peers extra (pyrallel-consumer needs 3.12 or later; `UV_PROJECT_ENVIRONMENT=DIR "
              "uv sync --frozen --all-extras --python X`).")] = None,
     peer: Annotated[str, typer.Option(
-        help="The peer: pyrallel-consumer, or a baseline loop of compare (bare, bare-wait, "
-             "bare-tuned, bare-wait-tuned; bare-wait is the protocol floor).")
+        help="The peer: pyrallel-consumer, prosody-events, or a baseline loop of compare "
+             "(bare, bare-wait, bare-tuned, bare-wait-tuned; bare-wait is the protocol floor).")
     ] = "pyrallel-consumer",
     windows: PodWindows = "1000",
     records: PodBacklog = 20_000,

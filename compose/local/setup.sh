@@ -92,6 +92,11 @@ fetch_jars() {  # fetch_jars NAME POM: copy the POM's runtime dependencies to $C
   echo "$want" > "$stamp"
 }
 fetch_jars kafka-libs compose/local/kafka/pom.xml
+# The Cassandra server, only for the peers benchmark (prosody-events keeps its state there) and
+# its test: `make setup-peers` (and `make test`) ask for it; `make demo` does not need it.
+if [ "${WAITLINE_SETUP_PEERS:-0}" = 1 ]; then
+  fetch_jars cassandra-libs compose/local/cassandra/pom.xml
+fi
 if [ -f compose/local/spark/pom.xml ]; then fetch_jars spark-jars compose/local/spark/pom.xml; fi
 # The reconciliation job's JVM maps Spark's classes from an archive instead of loading them
 # (trained by devstack/class_archive.py): built once (~35 s, no service needed), rebuilt when Java,

@@ -21,8 +21,10 @@ BARE_WAIT = "bare-wait"  # the protocol floor: `waitline loadtest bare --wait-to
 TUNED = "-tuned"
 BARE_TUNED, BARE_WAIT_TUNED = BARE + TUNED, BARE_WAIT + TUNED
 BASELINES = (BARE, BARE_WAIT, BARE_TUNED, BARE_WAIT_TUNED)
-PYRALLEL = "pyrallel-consumer"  # a peer: `waitline loadtest peer pyrallel-consumer` (peers extra)
-PEERS = (PYRALLEL,)
+# Peers (the peers extra): `waitline loadtest peer pyrallel-consumer | prosody-events`
+PYRALLEL = "pyrallel-consumer"
+PROSODY = "prosody-events"  # its state in Cassandra: `waitline dev up --cassandra`
+PEERS = (PYRALLEL, PROSODY)
 # Records a run is given are sized by its bound, but a pod on this machine finishes at most
 # about this many a second: more would only lengthen the topic's production.
 MACHINE_TPS = 2_500.0
@@ -153,15 +155,16 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "peers",
             "The pod beside the bare loop, the protocol floor (bare-wait), both also on the "
-            "pod's event loop and collector thresholds (-tuned), and pyrallel-consumer (asyncio, "
+            "pod's event loop and collector thresholds (-tuned), pyrallel-consumer (asyncio, "
             "unordered, max_in_flight = N, its own at-least-once commits, a DLQ after 3 "
-            "attempts; the peers extra, Python 3.12 or later), on the same mock (fixed:100) at "
-            "N = 100 and 1000, one after the other; with --rounds, the order alternates and the "
-            "peer table gives medians.",
+            "attempts; Python 3.12 or later) and prosody-events (its pipeline mode, "
+            "max_concurrency = N, its state in Cassandra: waitline dev up --cassandra), both "
+            "from the peers extra, on the same mock (fixed:100) at N = 100 and 1000, one after "
+            "the other; with --rounds, the order alternates and the peer table gives medians.",
             tuple(RunSpec(mode, n, "fixed:100", records, max_duration_s=60.0)
                   for n, records in ((100, 30_000), (1000, 60_000))
                   for mode in (BARE, BARE_TUNED, BARE_WAIT, BARE_WAIT_TUNED, "at-least-once",
-                               PYRALLEL)),
+                               PYRALLEL, PROSODY)),
         ),
         Scenario(
             "tiny",

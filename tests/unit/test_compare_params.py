@@ -48,7 +48,7 @@ def test_runs_are_capped_at_what_the_machine_finishes_and_at_the_rate_limit() ->
     ({"concurrency": "0"}, "'0' is neither a window"),
     ({"concurrency": "auto", "mode": "batch"}, "not batch mode"),
     ({"concurrency": "10", "mode": "turbo"},
-     "at-least-once, batch, bare, bare-wait, bare-tuned, bare-wait-tuned or pyrallel-consumer"),
+     "bare-wait-tuned, pyrallel-consumer or prosody-events"),
     ({"concurrency": "10", "ordering": "random"}, "unordered, key or partition"),
     ({"concurrency": "10", "duration_s": 0.0}, "--duration must be positive"),
     ({"concurrency": "10", "keys": 0}, "--keys and --workers at least 1"),
@@ -126,7 +126,7 @@ def test_the_peers_scenario_runs_every_loop_at_each_window_on_one_model() -> Non
     assert [(run.mode, run.concurrency) for run in runs] == [
         (mode, n) for n in (100, 1000)
         for mode in ("bare", "bare-tuned", "bare-wait", "bare-wait-tuned", "at-least-once",
-                     "pyrallel-consumer")]
+                     "pyrallel-consumer", "prosody-events")]
     assert {run.model for run in runs} == {"fixed:100"}
 
 
