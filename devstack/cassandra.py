@@ -6,17 +6,13 @@ loopback, run from the Apache Cassandra jars that `make setup-peers` fetched fro
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import socket
 import struct
-import subprocess
 import time
 from pathlib import Path
 
-from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate
+from devstack.processes import DetachedService, ServiceStatus, log_tail
 from dispatcher.errors import StackError
 from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, cassandra_libs_dir
 
@@ -43,19 +39,19 @@ _JAVA17_ACCESS = [
 ]
 
 
-class CassandraService:
+class CassandraService(DetachedService):
     """One Cassandra node from the jars in the cache folder, its data under `home`."""
 
     name = "cassandra"
+    pid_file = "cassandra.pid"
 
     def __init__(self, home: Path, port: int, storage_port: int, heap: str = "1g",
                  libs_dir: Path | None = None) -> None:
-        self.home = home
+        super().__init__(home)
         self.port = port
         self.storage_port = storage_port
         self.heap = heap
         self.libs_dir = libs_dir or cassandra_libs_dir()
-        self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
 
     @property
     def nodes(self) -> str:
@@ -69,10 +65,6 @@ class CassandraService:
     @property
     def _stdout_path(self) -> Path:
         return self.home / "logs" / "stdout.log"
-
-    @property
-    def _pid_path(self) -> Path:
-        return self.home / "cassandra.pid"
 
     def _java_cmd(self, config: Path) -> list[str]:
         if not any(self.libs_dir.glob("cassandra-all-*.jar")):
@@ -100,40 +92,13 @@ class CassandraService:
                                         storage_port=self.storage_port))
         return path
 
-    def pid(self) -> int | None:
-        """The node's PID while it runs (the process this object started, else the PID
-        file's when its command line names this home), else None."""
-        if self._process is not None and self._process.poll() is None:
-            return self._process.pid
-        try:
-            pid = int(self._pid_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if pid_matches(pid, str(self.home)) else None
-
     def start(self) -> None:
         if self.pid() is not None:
             return
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         (self.home / "data").mkdir(parents=True, exist_ok=True)
-        command = self._java_cmd(self._render_config())  # its paths name self.home: pid()
-        with self._stdout_path.open("ab") as out:
-            self._process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
-        self._pid_path.write_text(str(self._process.pid))
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        pid = self._process.pid if (self._process is not None
-                                    and self._process.poll() is None) else self.pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)
-            terminate(pid, timeout_s)
-        if self._process is not None:
-            self._process.wait()
-            self._process = None
-        self._pid_path.unlink(missing_ok=True)
+        # Its config and data paths carry self.home, which is what pid() matches on.
+        self._launch(self._java_cmd(self._render_config()), self._stdout_path)
 
     def healthy(self) -> bool:
         return cql_answers("127.0.0.1", self.port, timeout_s=3.0)
@@ -141,9 +106,8 @@ class CassandraService:
     def wait_healthy(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            exited = (self._process.poll() is not None if self._process is not None
-                      else self.pid() is None)
-            if exited:
+            if self._exited():
+                self._reap()
                 raise StackError(
                     f"Cassandra exited during start-up. Last lines of {self._stdout_path}:\n"
                     f"{log_tail(self._stdout_path)}\nand of {self.log_path}:\n"

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from devstack.processes import ServiceStatus, log_tail, pid_matches, terminate, write_private
+from devstack.processes import DetachedService, ServiceStatus, log_tail, terminate, write_private
 from dispatcher.errors import StackError
 from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, kafka_libs_dir
 
@@ -36,21 +36,21 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaService:
+class KafkaService(DetachedService):
     """One Kafka broker+controller (KRaft combined mode) from the jars in the cache folder."""
 
     name = "kafka"
+    pid_file = "kafka.pid"
     config_template = "server.properties.template"
 
     def __init__(self, home: Path, port: int, controller_port: int,
                  heap: str = "1g", libs_dir: Path | None = None) -> None:
-        self.home = home
+        super().__init__(home)
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
         self.initial_heap = "256m"
         self.libs_dir = libs_dir or kafka_libs_dir()
-        self._process: subprocess.Popen[bytes] | None = None  # set when started by this object
         self._log_start = 0  # size of server.log when this object last started the broker
 
     @property
@@ -64,10 +64,6 @@ class KafkaService:
     @property
     def _stdout_path(self) -> Path:
         return self.home / "logs" / "stdout.log"
-
-    @property
-    def _pid_path(self) -> Path:
-        return self.home / "kafka.pid"
 
     def _java_cmd(self, main_class: str, *args: str) -> list[str]:
         if not any(self.libs_dir.glob("kafka_2.13-*.jar")):
@@ -123,19 +119,6 @@ class KafkaService:
         if result.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
-    def pid(self) -> int | None:
-        """The broker's PID while it runs, else None: the process this object started while it
-        runs (its command line in /proc can read empty for a moment after the start, so a check
-        by /proc alone can miss a live broker), else the PID file's when its process is the
-        broker (one started by another object or command)."""
-        if self._process is not None and self._process.poll() is None:
-            return self._process.pid
-        try:
-            pid = int(self._pid_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if pid_matches(pid, str(self.home)) else None
-
     def start(self) -> None:
         if self.pid() is not None:
             return
@@ -144,23 +127,7 @@ class KafkaService:
         config = self._render_config()
         self._format_storage(config)
         # The config path carries self.home, which is what pid() matches on.
-        with self._stdout_path.open("ab") as out:
-            process = subprocess.Popen(
-                self._java_cmd("kafka.Kafka", str(config)),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self._process = process
-        self._pid_path.write_text(str(process.pid))
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        pid = self._live_pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)  # a frozen broker could not shut down
-            terminate(pid, timeout_s)
-        self._reap()
-        self._pid_path.unlink(missing_ok=True)
+        self._launch(self._java_cmd("kafka.Kafka", str(config)), self._stdout_path)
 
     def kill(self) -> None:
         """SIGKILL, for crash tests."""
@@ -184,32 +151,12 @@ class KafkaService:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signum)
 
-    def _live_pid(self) -> int | None:
-        """The broker's PID: the process this object started while it runs (a read of /proc
-        can miss a live process, and stop() would then wait on one it never signalled), else
-        the PID file's when its process is the broker."""
-        if self._process is not None and self._process.poll() is None:
-            return self._process.pid
-        return self.pid()
-
-    def _reap(self) -> None:
-        if self._process is not None:
-            self._process.wait()
-            self._process = None
-
     def healthy(self) -> bool:
         return self._answers(timeout_s=5.0)
 
     def _answers(self, timeout_s: float) -> bool:
         """True when the broker serves what a client needs (here: metadata, in PLAINTEXT)."""
         return asyncio.run(_kafka_answers(self.bootstrap_servers, timeout_s=timeout_s))
-
-    def _exited(self) -> bool:
-        """For a broker this object started, its own exit status decides (a read of /proc
-        can miss a live process); for one found by PID file, the PID check."""
-        if self._process is not None:
-            return self._process.poll() is not None
-        return self.pid() is None
 
     def startup_errors(self) -> str:
         """The broker's own reasons from the log written since this object started it: its ERROR

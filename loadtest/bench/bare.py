@@ -45,14 +45,7 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
                         metrics_port: int, wait_topic: str | None = None) -> None:
     """Dispatch until SIGTERM/SIGINT; every record is called once, whatever the answer (with
     `wait_topic`, between its acknowledged wait record and tombstone)."""
-    registry = CollectorRegistry()
-    finished = Counter("waitline_records_finished", "Records called (any answer).",
-                       registry=registry)
-    start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    finished, stop = finished_count_and_stop(metrics_port, "Records called (any answer).")
     consumer = AIOKafkaConsumer(topic, **client_options(bootstrap, "waitline-bare"), group_id=group,
                                 auto_offset_reset="earliest", enable_auto_commit=True,
                                 max_poll_records=concurrency)
@@ -91,6 +84,21 @@ async def run_bare_loop(*, bootstrap: str, topic: str, group: str, url: str, con
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*calls, return_exceptions=True)
             await consumer.stop()
+
+
+def finished_count_and_stop(metrics_port: int,
+                            description: str) -> tuple[Counter, asyncio.Event]:
+    """What every loop the harness measures serves alike (this one and the peers): its count of
+    records called, `waitline_records_finished_total` on /metrics at `metrics_port` (as the pod
+    serves it), and an event set on SIGTERM or SIGINT. Called on the running loop."""
+    registry = CollectorRegistry()
+    finished = Counter("waitline_records_finished", description, registry=registry)
+    start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return finished, stop
 
 
 Bracket = Callable[[ConsumerRecord[bytes, bytes], Callable[[bytes], Awaitable[None]]],

@@ -306,18 +306,23 @@ OVERHEAD_GOAL = 2.0  # the pod's CPU per record at most twice the bare loop's (i
 def overhead_lines(rows: Sequence[RunResult]) -> list[str]:
     """For each window run both bare and by the pod: pod CPU per record / bare CPU per record,
     next to its goal; where the protocol floor (bare-wait) ran too, what it costs over the bare
-    loop and the pod over it (the engine's own share). Nothing when the rows hold no pair."""
-    bare = {r.concurrency: r for r in rows if r.mode == BARE and r.cpu_s_per_1000 > 0}
-    floor = {r.concurrency: r for r in rows if r.mode == BARE_WAIT and r.cpu_s_per_1000 > 0}
+    loop and the pod over it (the engine's own share). With rounds, each pod run is set against
+    the baselines of its own round. Nothing when the rows hold no pair."""
+    bare = {(r.concurrency, r.round): r for r in rows
+            if r.mode == BARE and r.cpu_s_per_1000 > 0}
+    floor = {(r.concurrency, r.round): r for r in rows
+             if r.mode == BARE_WAIT and r.cpu_s_per_1000 > 0}
+    rounds = len({r.round for r in rows}) > 1
     lines = []
     for r in rows:
-        if r.mode in (*BASELINES, *PEERS) or r.concurrency not in bare:
+        if r.mode in (*BASELINES, *PEERS) or (r.concurrency, r.round) not in bare:
             continue
-        base = bare[r.concurrency]
-        line = (f"- N = {r.concurrency}: pod / bare loop CPU per record = "
+        base = bare[(r.concurrency, r.round)]
+        which = f" (round {r.round + 1})" if rounds else ""
+        line = (f"- N = {r.concurrency}{which}: pod / bare loop CPU per record = "
                 f"{r.cpu_s_per_1000 / base.cpu_s_per_1000:.2f} (goal ≤ {OVERHEAD_GOAL:g}); "
                 f"TPS {r.tps:.0f} vs {base.tps:.0f}")
-        if (wait := floor.get(r.concurrency)) is not None:
+        if (wait := floor.get((r.concurrency, r.round))) is not None:
             line += (f"; protocol floor (bare-wait) / bare = "
                      f"{wait.cpu_s_per_1000 / base.cpu_s_per_1000:.2f}, pod / protocol floor = "
                      f"{r.cpu_s_per_1000 / wait.cpu_s_per_1000:.2f}")

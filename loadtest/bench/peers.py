@@ -39,26 +39,42 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
-from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from devstack.cassandra import cql_answers
 from dispatcher.errors import ConfigError, StackError
 from dispatcher.handlers.http import pooled_session
+from loadtest.bench.bare import finished_count_and_stop
 from loadtest.bench.scenarios import PROSODY, PYRALLEL
 
 CONNECT_TIMEOUT_S = 5.0  # as the pod's built-in HTTP handler connects by default
 RETRIED_STATUSES = frozenset({408, 429, *range(500, 600)})
+ANSWERED = "Records called (the answer a success)."
 
 
 class PeerCallError(Exception):
     """The counterparty asked for a retry (a 408, 429 or 5xx): the peer's worker raises it, so
     the peer retries the record as the pod would."""
+
+
+async def post_or_raise(session: aiohttp.ClientSession, url: str, body: bytes,
+                        coordinates: str, retry: Callable[[str], Exception]) -> None:
+    """POST `body` as a peer's worker does, its coordinates as the idempotency key; `retry(why)`
+    raised on a 408, 429, 5xx or a connection error, so that the peer retries the record where
+    the pod would."""
+    headers = {"Content-Type": "application/json", "Idempotency-Key": coordinates}
+    try:
+        async with session.post(url, data=body, headers=headers) as answer:
+            await answer.read()
+            status = answer.status
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        raise retry(f"{type(exc).__name__}: {exc}") from exc
+    if status in RETRIED_STATUSES:
+        raise retry(f"HTTP {status}")
 
 
 def _import_pyrallel() -> Any:
@@ -80,14 +96,7 @@ async def run_pyrallel_loop(*, bootstrap: str, topic: str, group: str, url: str,
     """Consume `topic` with pyrallel-consumer until SIGTERM/SIGINT, POSTing every value to
     `url`, at most `concurrency` at once."""
     config_module, consumer_module, dto = _import_pyrallel()
-    registry = CollectorRegistry()
-    finished = Counter("waitline_records_finished", "Records called (the answer a success).",
-                       registry=registry)
-    start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    finished, stop = finished_count_and_stop(metrics_port, ANSWERED)
 
     config = config_module.KafkaConfig(BOOTSTRAP_SERVERS=bootstrap, CONSUMER_GROUP=group)
     config.metrics.enabled = False
@@ -99,17 +108,9 @@ async def run_pyrallel_loop(*, bootstrap: str, topic: str, group: str, url: str,
 
     async with pooled_session(concurrency, CONNECT_TIMEOUT_S) as session:
         async def worker(item: Any) -> None:
-            headers = {"Content-Type": "application/json",
-                       "Idempotency-Key": f"{item.tp.topic}/{item.tp.partition}/{item.offset}"}
-            try:
-                async with session.post(url, data=item.payload or b"",
-                                        headers=headers) as answer:
-                    await answer.read()
-                    status = answer.status
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                raise PeerCallError(f"{type(exc).__name__}: {exc}") from exc
-            if status in RETRIED_STATUSES:
-                raise PeerCallError(f"HTTP {status}")
+            await post_or_raise(session, url, item.payload or b"",
+                                f"{item.tp.topic}/{item.tp.partition}/{item.offset}",
+                                PeerCallError)
             finished.inc()
 
         peer = consumer_module.PyrallelConsumer(config=config, worker=worker, topic=topic)
@@ -184,30 +185,14 @@ async def run_prosody_loop(*, bootstrap: str, topic: str, group: str, url: str,
         TransientError,
     )
 
-    registry = CollectorRegistry()
-    finished = Counter("waitline_records_finished", "Records called (the answer a success).",
-                       registry=registry)
-    start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-
+    finished, stop = finished_count_and_stop(metrics_port, ANSWERED)
     async with pooled_session(concurrency, CONNECT_TIMEOUT_S) as session:
         class Poster(EventHandler[Any, None]):
             async def on_message(self, context: Context, message: Message[Any]) -> None:
-                headers = {"Content-Type": "application/json",
-                           "Idempotency-Key": f"{message.topic}/{message.partition}/"
-                                              f"{message.offset}"}
                 body = json.dumps(message.payload, separators=(",", ":")).encode()
-                try:
-                    async with session.post(url, data=body, headers=headers) as answer:
-                        await answer.read()
-                        status = answer.status
-                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                    raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-                if status in RETRIED_STATUSES:
-                    raise TransientError(f"HTTP {status}")
+                await post_or_raise(session, url, body,
+                                    f"{message.topic}/{message.partition}/{message.offset}",
+                                    TransientError)
                 finished.inc()
 
             async def on_excise(self, context: Context, message: ExciseMessage) -> None:

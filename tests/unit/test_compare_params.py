@@ -105,6 +105,20 @@ def test_overhead_lines_split_the_ratio_at_the_protocol_floor_when_it_ran() -> N
         "floor (bare-wait) / bare = 2.50, pod / protocol floor = 1.40", ""]
 
 
+def test_with_rounds_each_pod_run_is_set_against_the_baselines_of_its_own_round() -> None:
+    """`compare --rounds 3` ran every loop three times: a round's pod against another round's
+    bare loop read 1.60, 1.92 and 1.83 where the rounds' own ratios were 1.01 to 1.20."""
+    rows = [_row("bare", 100, 0.20, 990, 0), _row("bare-wait", 100, 0.40, 950, 0),
+            _row("at-least-once", 100, 0.44, 960, 0),
+            _row("bare", 100, 0.40, 980, 1), _row("bare-wait", 100, 0.80, 940, 1),
+            _row("at-least-once", 100, 1.00, 970, 1)]
+    assert overhead_lines(rows) == [
+        "- N = 100 (round 1): pod / bare loop CPU per record = 2.20 (goal ≤ 2); TPS 960 vs 990; "
+        "protocol floor (bare-wait) / bare = 2.00, pod / protocol floor = 1.10",
+        "- N = 100 (round 2): pod / bare loop CPU per record = 2.50 (goal ≤ 2); TPS 970 vs 980; "
+        "protocol floor (bare-wait) / bare = 2.00, pod / protocol floor = 1.25", ""]
+
+
 def test_the_loop_lag_target_is_passed_to_the_pod_only_when_given() -> None:
     default = custom_scenario(concurrency="1000", **DEFAULTS).runs[0]  # type: ignore[arg-type]
     assert "--loop-lag-target" not in default.pod_flags()

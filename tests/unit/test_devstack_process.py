@@ -41,7 +41,7 @@ def test_a_started_process_is_the_services_pid_whatever_proc_says(
     process = subprocess.Popen(["sleep", "300"], start_new_session=True)
     service._process = process  # as start() leaves it
     (tmp_path / "kafka.pid").write_text(str(process.pid))
-    monkeypatch.setattr("devstack.kafka.pid_matches", lambda pid, marker: False)  # missed
+    monkeypatch.setattr("devstack.processes.pid_matches", lambda pid, marker: False)  # missed
     try:
         assert service.pid() == process.pid
     finally:
