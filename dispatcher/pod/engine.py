@@ -239,9 +239,16 @@ class AtLeastOnceEngine:
             self._consumer.resume(*paused)
         self._next_partition += 1
         self._polled_at = self._monotonic()
+        held = None if self._turns is None else self._not_called  # --ordering: fewest first
         for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
-                                               POLL_TIMEOUT_MS)).items():
+                                               POLL_TIMEOUT_MS, held)).items():
             self._start_all(partition_key(tp), records)
+
+    def _not_called(self, tp: TopicPartition) -> int:
+        """Records of `tp` in the window whose call has not started (waiting for a turn, a
+        slot, their prepare)."""
+        unprepared = self._unprepared.get(partition_key(tp))
+        return 0 if unprepared is None else len(unprepared)
 
     async def _poll_while_full(self) -> None:
         """The window stayed full for KEEP_IN_GROUP_S: poll with fetching paused, so we stay in

@@ -98,18 +98,26 @@ async def read_carefully(consumer: SourceConsumer, tp: TopicPartition, limit: in
     return read, None
 
 
-async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
-                       timeout_ms: int) -> Fetched:
+async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int, timeout_ms: int,
+                       held: Callable[[TopicPartition], int] | None = None) -> Fetched:
     """Up to `free` records, shared across the assigned partitions in turn.
 
     aiokafka's `getmany` drains one partition's fetched buffer (up to max_partition_fetch_bytes
     of records) before another's, so a backlog in one partition would hold back the others.
     Each partition is asked for its share first (without waiting), starting at partition
-    `turn` (mod their number; the caller moves it on each time); what is left goes to any
-    partition, waiting up to `timeout_ms` when nothing was found. A share is at least
+    `turn` (mod their number; the caller moves it on each time) or, given `held`, those
+    holding the fewest records in the window not yet called first and among equals from
+    `turn`; what is left goes to any partition, waiting up to `timeout_ms` when nothing was
+    found. A share is at least
     `LEAST_SHARE` records (or all of `free`): a small room is then asked of one partition, not
     one record of each (a `getmany` costs about as much as a record's own bookkeeping), and
-    the partitions still take turns, fetch after fetch."""
+    the partitions still take turns, fetch after fetch.
+
+    The fewest first, under `--ordering` (the engine passes `held` then): records waiting
+    behind a busy key keep their slots, so a partition fetched more than its records can be
+    called fills the window, and by turns alone another partition's keys were fed one fetch in
+    eight and ran dry (BENCHMARKS.md, "The pod beside prosody-events"). Unordered, a record
+    waits only for a call slot, and turns alone are fair."""
     partitions = sorted(consumer.assignment(), key=partition_key)
     if len(partitions) <= 1:
         return await consumer.getmany(timeout_ms=timeout_ms, max_records=free)
@@ -118,7 +126,8 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int,
     batch: dict[TopicPartition, list[FetchedRecord]] = {}
     left = free
     try:
-        for tp in partitions[first:] + partitions[:first]:
+        in_turn = partitions[first:] + partitions[:first]
+        for tp in in_turn if held is None else sorted(in_turn, key=held):
             if left <= 0:
                 break
             for part, records in (await consumer.getmany(tp, timeout_ms=0,

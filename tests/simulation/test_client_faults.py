@@ -139,7 +139,7 @@ def test_a_zombie_answers_only_for_repeating_the_owners_after_its_fence(
     assert check(log) == []
 
 
-@pytest.mark.parametrize("seed", [626, 755, 1101])
+@pytest.mark.parametrize("seed", [613, 626, 1101])
 def test_a_kill_after_a_clean_revoke_may_leave_the_calls_still_running_to_expire(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record called keeps running to its tombstone after a clean revoke (DESIGN.md,
@@ -149,7 +149,9 @@ def test_a_kill_after_a_clean_revoke_may_leave_the_calls_still_running_to_expire
     reached it (as drawn before the stalling loop joined the draw: 630 has a spell now). Since
     a record's wait-record refresh counts across its slot and token waits, 683's timing no
     longer reaches it; 626 does (2 calls cut). Since the window admits records again only once
-    half of those prepared ahead are called, 630's no longer does either; 755 does (3 cut)."""
+    half of those prepared ahead are called, 630's no longer does either; 755 does (3 cut).
+    Since an ordered pod fetches first for the partitions holding the fewest records not yet
+    called, 755's no longer does; 613 does (1 cut)."""
     monkeypatch.setattr(world, "ALL_FAULTS", True)
     log = simulate(dataclasses.replace(world.draw(seed), stalls=None))
     killed = {p.name: p.killed_at for p in log.pods if p.killed_at is not None}
