@@ -15,7 +15,7 @@ import pytest
 from devstack.cassandra import CQL_OPTIONS, CassandraService, cql_answers
 from dispatcher.errors import ConfigError, StackError
 from dispatcher.ports import free_port
-from loadtest.bench.peers import preflight
+from loadtest.bench.peers import max_uncommitted, preflight
 
 pytestmark = pytest.mark.unit
 
@@ -106,3 +106,11 @@ def test_pyrallel_on_an_older_python_is_refused_before_any_run() -> None:
 
 def test_runs_without_a_peer_need_nothing(no_cassandra: str) -> None:
     preflight({"at-least-once", "bare", "bare-wait"})
+
+
+def test_prosody_gets_ten_uncommitted_per_call_unless_its_own_variable_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROSODY_MAX_UNCOMMITTED", raising=False)
+    assert max_uncommitted(100) == 1000
+    monkeypatch.setenv("PROSODY_MAX_UNCOMMITTED", "20000")
+    assert max_uncommitted(100) is None  # prosody reads the variable itself
