@@ -14,7 +14,7 @@ from pathlib import Path
 
 from devstack.processes import DetachedService, ServiceStatus, log_tail
 from dispatcher.errors import StackError
-from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, cassandra_libs_dir
+from dispatcher.paths import CACHE_DIR_ENV, REPO_ROOT, cassandra_libs_dir, state_dir
 
 CASSANDRA_CONFIG_DIR = REPO_ROOT / "compose" / "local" / "cassandra"
 CQL_OPTIONS = struct.pack(">BBhBi", 0x04, 0, 0, 0x05, 0)
@@ -146,7 +146,6 @@ def local_cassandra_nodes() -> str:
     """The local stack's Cassandra (`waitline dev up --cassandra`), or a StackError saying how
     to start it."""
     from devstack.stack import LocalStack  # noqa: PLC0415 - the stack imports this module
-    from dispatcher.paths import state_dir  # noqa: PLC0415
 
     cassandra = LocalStack(state_dir()).cassandra
     if cassandra.pid() is None:

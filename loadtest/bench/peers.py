@@ -47,7 +47,7 @@ from typing import Any
 
 import aiohttp
 
-from devstack.cassandra import cql_answers
+from devstack.cassandra import cql_answers, local_cassandra_nodes
 from dispatcher.errors import ConfigError, StackError
 from dispatcher.handlers.http import pooled_session
 from loadtest.bench.bare import finished_count_and_stop
@@ -157,8 +157,6 @@ def cassandra_nodes(explicit: str | None = None) -> str:
         return explicit
     if from_env := os.environ.get(CASSANDRA_NODES_ENV):
         return from_env
-    from devstack.cassandra import local_cassandra_nodes  # noqa: PLC0415 - the dev stack
-
     try:
         return local_cassandra_nodes()
     except StackError as exc:

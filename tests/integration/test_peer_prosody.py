@@ -6,13 +6,12 @@ once and counts each call, so `compare --scenario peers` measures it as it measu
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from reconcile_helpers import service_of_its_own
 
 from devstack.cassandra import CassandraService
 from dispatcher.ports import free_port
@@ -37,15 +36,9 @@ FINISHED = "waitline_records_finished_total"  # the peer's count of calls answer
 @pytest.fixture(scope="module")
 def cassandra() -> Iterator[CassandraService]:
     """One Cassandra node from the jars `make setup-peers` fetched, on free ports."""
-    home = Path(tempfile.mkdtemp(prefix="waitline-cassandra-"))
-    node = CassandraService(home, free_port(), free_port())
-    try:
-        node.start()
-        node.wait_healthy()
+    with service_of_its_own(lambda home: CassandraService(home, free_port(), free_port()),
+                            "waitline-cassandra-") as node:
         yield node
-    finally:
-        node.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 async def test_prosody_calls_every_record_once_with_its_state_in_cassandra(
