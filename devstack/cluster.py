@@ -346,7 +346,8 @@ class SecureCluster:
         await self.serving()
         # As on a cluster that has served groups: the offsets topic exists (Kafka makes it on
         # the first coordinator lookup), so a first group does not wait for it.
-        await _await_group_coordinator(self.connection(), START_TIMEOUT_S)
+        await _await_group_coordinator(self.connection().kafka_config().client_options(),
+                                       START_TIMEOUT_S)
 
 
 def _process_status(node: ClusterNode) -> ServiceStatus:
@@ -375,13 +376,20 @@ async def _live_brokers(connection: ClusterConnection, timeout_s: float) -> set[
                 await admin.close()
 
 
-async def _await_group_coordinator(connection: ClusterConnection, timeout_s: float) -> None:
+async def _await_group_coordinator(client_options: dict[str, Any], timeout_s: float) -> None:
     """Until a group coordinator is found (Kafka creates the offsets topic on the first
-    lookup and answers "not available" until its partitions have leaders)."""
+    lookup and answers "not available" until its partitions have leaders); `client_options`
+    reach the cluster (`KafkaConfig.client_options`).
+
+    Each request times out before the wait does, bootstrap's over every node included: cut by
+    the wait's timeout while it waits for a metadata answer, aiokafka's bootstrap leaves its
+    connection open (as the health probe did, `devstack.kafka._kafka_answers`)."""
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    admin = AIOKafkaAdminClient(**connection.kafka_config().client_options())
+    request_timeout_s = timeout_s / (len(NODE_IDS) + 1)
+    admin = AIOKafkaAdminClient(**client_options,
+                                request_timeout_ms=int(request_timeout_s * 1000))
     try:
         async with asyncio.timeout(timeout_s):
             await admin.start()
@@ -397,5 +405,8 @@ async def _await_group_coordinator(connection: ClusterConnection, timeout_s: flo
     except TimeoutError as exc:
         raise StackError(f"no group coordinator within {timeout_s:.0f} s of the cluster's "
                          "start (the offsets topic has no leaders)") from exc
+    except KafkaError as exc:  # e.g. no node answered bootstrap's metadata request in time
+        raise StackError(f"no group coordinator: the cluster did not answer the lookup "
+                         f"({exc!r})") from exc
     finally:
         await admin.close()

@@ -1,19 +1,23 @@
-"""The local stack's Kafka health probe leaves no connection open behind a broker that answers
-the connection and then stops answering (a frozen broker: the fault tests make one). aiokafka's
+"""The local stack's Kafka probes leave no connection open behind a broker that answers the
+connection and then stops answering (a frozen broker: the fault tests make one). aiokafka's
 bootstrap leaks its connection when it is cancelled while it waits for the metadata answer, and
-the probe's own timeout cancelled it there: the connection, collected later in another test,
-failed that test ("Unclosed AIOKafkaConnection", "loop is closed"; CI on 03d2b40, once)."""
+the health probe's own timeout cancelled it there: the connection, collected later in another
+test, failed that test ("Unclosed AIOKafkaConnection", "loop is closed"; CI on 03d2b40, once).
+The secured cluster's wait for a group coordinator cut its start the same way."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import struct
+from collections.abc import Awaitable, Callable
 
 import pytest
 from aiokafka.protocol.admin import ApiVersionResponse_v0
 
+from devstack.cluster import _await_group_coordinator
 from devstack.kafka import _kafka_answers
+from dispatcher.errors import StackError
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +38,9 @@ async def _answer_versions_only(reader: asyncio.StreamReader,
             pass
 
 
-async def test_a_broker_that_stops_answering_leaves_no_connection_open() -> None:
+async def _connections_left_open(probe: Callable[[str], Awaitable[None]]) -> int:
+    """How many of the connections `probe` (given a broker's address) opened to a broker that
+    stops answering are still open a moment after it returned."""
     connections: list[asyncio.StreamWriter] = []
     eofs: list[float] = []
 
@@ -46,17 +52,30 @@ async def test_a_broker_that_stops_answering_leaves_no_connection_open() -> None
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        assert not await _kafka_answers(f"127.0.0.1:{port}", timeout_s=1.0)
+        await probe(f"127.0.0.1:{port}")
         assert connections, "the probe never connected"
         for _ in range(40):  # each connection the probe opened is closed by it
             if len(eofs) == len(connections):
                 break
             await asyncio.sleep(0.05)
-        assert len(eofs) == len(connections), (
-            f"{len(connections) - len(eofs)} of the probe's {len(connections)} connections "
-            "left open")
+        return len(connections) - len(eofs)
     finally:
         for writer in connections:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_the_health_probe_leaves_no_connection_open() -> None:
+    async def probe(bootstrap: str) -> None:
+        assert not await _kafka_answers(bootstrap, timeout_s=1.0)
+
+    assert await _connections_left_open(probe) == 0
+
+
+async def test_the_wait_for_a_group_coordinator_leaves_no_connection_open() -> None:
+    async def probe(bootstrap: str) -> None:
+        with pytest.raises(StackError, match="no group coordinator"):
+            await _await_group_coordinator({"bootstrap_servers": bootstrap}, timeout_s=1.0)
+
+    assert await _connections_left_open(probe) == 0
