@@ -1,7 +1,8 @@
 """One record's path, fetched to tombstoned, read top to bottom (DESIGN.md "The lifecycle of
 one record"): its turn (`--ordering`) → prepare (the wait record acknowledged) → a call slot and
 a rate token (prepared ahead of the window) → the call (its start makes the offset committable;
-one deadline) → settle (result or DLQ record) → tombstone (behind the window).
+one deadline) → settle (result or DLQ record; the lane's next record takes its turn) →
+tombstone (behind the window).
 
 `RecordState` says where a record is; a stalled partition names its oldest record's state.
 `RecordTicket` is a record's entry in the engine's bookkeeping while it is not yet committable
@@ -30,7 +31,7 @@ from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, cli
 from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import ProduceError, RecordTooLargeError
 from dispatcher.flow.breaker import Circuit
-from dispatcher.flow.ordering import Turns
+from dispatcher.flow.ordering import RecordId, Turns
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites
 from dispatcher.kafka.topics import TopicConfig
@@ -195,10 +196,13 @@ class RecordPath:
             outcome, latest = await self._call(source, wait_id, called, wait_partition, ticket)
             trace.called(outcome)
 
-            # 4. Settle: the result or DLQ record, acknowledged.
+            # 4. Settle: the result or DLQ record, acknowledged. Its outcome durable, the next
+            # record of its lane (--ordering) takes its turn while the tombstone is written.
             ticket.state = RecordState.SETTLING
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(self._monotonic() - ticket.fetched_at)
+            if self._turns is not None:
+                self._turns.release(self._turn_of(source, ticket))
 
             # 5. The tombstone, behind the window: the slot is free while it is written.
             ticket.state = RecordState.TOMBSTONING
@@ -214,9 +218,12 @@ class RecordPath:
             trace.end()
             ticket.state = RecordState.ENDED
             ticket.left_the_line()
-            if self._turns is not None:
-                self._turns.release((source.topic, source.partition, source.offset,
-                                     ticket.generation))
+            if self._turns is not None:  # a path that ended before it settled (a no-op after)
+                self._turns.release(self._turn_of(source, ticket))
+
+    @staticmethod
+    def _turn_of(source: SourceRecord, ticket: RecordTicket) -> RecordId:
+        return source.topic, source.partition, source.offset, ticket.generation
 
     async def _prepare(self, source: SourceRecord, ticket: RecordTicket,
                        turn: DoneSignal | None) -> tuple[OutgoingRecord, float, int] | None:
