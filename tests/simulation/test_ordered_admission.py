@@ -50,7 +50,7 @@ def test_a_lanes_next_call_does_not_wait_for_the_tombstone() -> None:
     the first record's result (settled: its outcome is durable, in order) and the next record's
     wait record, not the first record's tombstone, which closes a call already over and settled.
     Found on the real stack: at 50 keys the lane's cycle was the call and three acknowledged
-    writes (docs/BENCHMARKS.md, "Ordered lanes")."""
+    writes (docs/BENCHMARKS.md, "Ordered lanes: the turn after the outcome")."""
     records = 20
     inputs = [Input(b"k", b"%d" % i) for i in range(records)]
     log = simulate(quiet({"ordering": "key", "concurrency": 10}, inputs=inputs,
