@@ -44,8 +44,8 @@ from loadtest.harness.processes import (
     await_mock_calls,
     mock_calls_seen,
     spawn,
+    spawn_mock,
     stop,
-    wait_http,
 )
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
@@ -164,21 +164,19 @@ async def count_calls(loops: Sequence[str], spec: RunSpec, bootstrap: str, work_
     python_path = os.pathsep.join(p for p in (str(hook_dir), str(REPO),
                                               os.environ.get("PYTHONPATH", "")) if p)
     port = free_port()
-    mock_log = work_dir / f"calls-mock-{port}.log"
-    mock = spawn(["loadtest", "counterparty", "--model", spec.model, "--port", str(port)],
-                 mock_log)
+    mock = spawn_mock(spec.model, work_dir / f"calls-mock-{port}.log", port=port)
     counts = []
     try:
         async with aiohttp.ClientSession() as session:
-            rig = _Rig(session, f"http://127.0.0.1:{port}/", bootstrap, work_dir, python_path)
-            await wait_http(session, f"{rig.url}stats", mock, mock_log, timeout_s=MOCK_START_S)
+            rig = _Rig(session, mock.url, bootstrap, work_dir, python_path)
+            await mock.answering(session, timeout_s=MOCK_START_S)
             for loop in loops:
                 count = await _count_one(rig, dataclasses.replace(spec, mode=loop))
                 counts.append(count)
                 if on_count is not None:
                     on_count(count)
     finally:
-        await asyncio.to_thread(stop, mock)
+        await asyncio.to_thread(stop, mock.process)
     return counts
 
 

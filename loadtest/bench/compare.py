@@ -48,7 +48,15 @@ from loadtest.harness.measure import (
     metric_sum,
     steady_state,
 )
-from loadtest.harness.processes import HarnessError, get_json, get_metrics, spawn, stop, wait_http
+from loadtest.harness.processes import (
+    HarnessError,
+    get_json,
+    get_metrics,
+    spawn,
+    spawn_mock,
+    stop,
+    wait_http,
+)
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 from loadtest.mock.latency import ERROR_STATUS, parse_model
@@ -109,25 +117,23 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     await create_topic(bootstrap, topic, spec.partitions)
     await produce(bootstrap, topic, spec.records, progress=False, keys=spec.keys)
 
-    mock_port, metrics_port = free_port(), free_port()
-    mock_log, pod_log = work_dir / f"{tag}-mock.log", work_dir / f"{tag}-pod.log"
-    mock = spawn(["loadtest", "counterparty", "--model", spec.model, "--port", str(mock_port),
-                   "--hang-s", str(spec.deadline_s * 2)], mock_log)
+    metrics_port, pod_log = free_port(), work_dir / f"{tag}-pod.log"
+    mock = spawn_mock(spec.model, work_dir / f"{tag}-mock.log", "--hang-s",
+                      str(spec.deadline_s * 2))
     pod: subprocess.Popen[bytes] | None = None
     try:
         async with aiohttp.ClientSession() as session:
-            mock_url = f"http://127.0.0.1:{mock_port}/"
-            await wait_http(session, f"{mock_url}stats", mock, mock_log)
-            pod = spawn(loop_args(spec, topic, group, mock_url, bootstrap=bootstrap,
+            await mock.answering(session)
+            pod = spawn(loop_args(spec, topic, group, mock.url, bootstrap=bootstrap,
                                   metrics_port=metrics_port), pod_log)
             metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             await wait_http(session, metrics_url, pod, pod_log)
             samples, last_metrics = await _sample(session, metrics_url, pod, spec, on_progress)
-            stats = await get_json(session, f"{mock_url}stats")
+            stats = await get_json(session, f"{mock.url}stats")
     finally:
         if pod is not None:
             stop(pod)
-        stop(mock)
+        stop(mock.process)
         if not keep_topics:
             await delete_run_topics(bootstrap, topic)
 

@@ -30,7 +30,13 @@ import psutil
 from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
-from loadtest.harness.processes import await_mock_calls, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.processes import (
+    await_mock_calls,
+    mock_calls_seen,
+    spawn,
+    spawn_mock,
+    stop,
+)
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
 
@@ -134,18 +140,15 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
     one is started first alternates from round to round); `on_sample` sees each as it is
     taken, so a run cut short still shows its rounds. `model`: the mocks' latency model."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    ports = [free_port() for _ in variants]
-    mocks = [spawn(["loadtest", "counterparty", "--model", model, "--port", str(port)],
-                   work_dir / f"cpu-mock-{port}.log") for port in ports]
+    mocks = [spawn_mock(model, work_dir / f"cpu-mock-{port}.log", port=port)
+             for port in (free_port() for _ in variants)]
     samples = []
     try:
         async with aiohttp.ClientSession() as session:
             benches = []
-            for port, mock in zip(ports, mocks, strict=True):
-                url = f"http://127.0.0.1:{port}/"
-                await wait_http(session, f"{url}stats", mock, work_dir / f"cpu-mock-{port}.log",
-                                timeout_s=MOCK_START_S)
-                benches.append(_Bench(bootstrap, work_dir, session, url, model))
+            for mock in mocks:
+                await mock.answering(session, timeout_s=MOCK_START_S)
+                benches.append(_Bench(bootstrap, work_dir, session, mock.url, model))
             for window in windows:
                 for round_ in range(rounds):
                     order = list(range(len(variants)))
@@ -161,7 +164,7 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                             on_sample(sample)
     finally:
         for mock in mocks:
-            await asyncio.to_thread(stop, mock)
+            await asyncio.to_thread(stop, mock.process)
     return samples
 
 

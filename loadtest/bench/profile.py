@@ -48,8 +48,8 @@ from loadtest.harness.processes import (
     await_mock_calls,
     mock_calls_seen,
     spawn,
+    spawn_mock,
     stop,
-    wait_http,
 )
 from loadtest.harness.topics import create_topic, delete_run_topics
 from loadtest.mock.generator import produce
@@ -287,14 +287,12 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
     on_progress(f"{profile.mode} N={profile.window}: producing {records:,} records")
     await create_topic(bootstrap, tag, spec.partitions)
     await produce(bootstrap, tag, records, progress=False)
-    mock_port = free_port()
-    mock = spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port)],
-                 work_dir / f"{tag}-mock.log")
+    mock = spawn_mock(MODEL, work_dir / f"{tag}-mock.log")
     loop = None
     try:
         async with aiohttp.ClientSession() as session:
-            url = f"http://127.0.0.1:{mock_port}/"
-            await wait_http(session, f"{url}stats", mock, work_dir / f"{tag}-mock.log")
+            url = mock.url
+            await mock.answering(session)
             loop = spawn(loop_args(spec, tag, tag, url, bootstrap=bootstrap,
                                    metrics_port=free_port()), work_dir / f"{tag}.log",
                          env={"PYTHONPERFSUPPORT": "1"} if sampler == "perf" else None)
@@ -314,7 +312,7 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
     finally:
         if loop is not None:
             await asyncio.to_thread(stop, loop)
-        await asyncio.to_thread(stop, mock)
+        await asyncio.to_thread(stop, mock.process)
         await delete_run_topics(bootstrap, tag)
     with (work_dir / f"{tag}.raw").open() as raw:
         if sampler == "perf":

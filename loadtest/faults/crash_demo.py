@@ -33,7 +33,15 @@ from loadtest.harness.observe import (
     read_dlq_exceptions,
     read_wait_topic,
 )
-from loadtest.harness.processes import HarnessError, child_env, get_metrics, spawn, stop, wait_http
+from loadtest.harness.processes import (
+    HarnessError,
+    child_env,
+    get_metrics,
+    spawn,
+    spawn_mock,
+    stop,
+    wait_http,
+)
 from loadtest.harness.topics import create_topic
 from loadtest.mock.generator import produce
 
@@ -100,10 +108,8 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
     await produce(bootstrap, topic, RECORDS, progress=False)
     say(f"produced {RECORDS:,} records to {topic}")
 
-    mock_port = free_port()
-    mock = spawn(["loadtest", "counterparty", "--model", MODEL, "--port", str(mock_port),
-                  "--record-keys"], work_dir / f"{tag}-mock.log")
-    mock_url = f"http://127.0.0.1:{mock_port}/"
+    mock = spawn_mock(MODEL, work_dir / f"{tag}-mock.log", "--record-keys")
+    mock_url = mock.url
 
     def pod_args(metrics_port: int) -> list[str]:
         return ["dispatch", "--input-topic", topic, "--group", group, "--counterparty-url",
@@ -113,7 +119,7 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
 
     try:
         async with aiohttp.ClientSession() as session:
-            await wait_http(session, f"{mock_url}stats", mock, work_dir / f"{tag}-mock.log")
+            await mock.answering(session)
             first_port = free_port()
             first = spawn(pod_args(first_port), work_dir / f"{tag}-pod1.log")
             url = f"http://127.0.0.1:{first_port}/metrics"
@@ -142,7 +148,7 @@ async def run_crash_demo(bootstrap: str, work_dir: Path,
             say("restarted pod caught up and stopped (SIGTERM)")
             calls = await calls_by_key(session, mock_url)
     finally:
-        stop(mock)
+        stop(mock.process)
 
     await asyncio.sleep(WAIT_EXPIRATION_S)
     say("running `waitline reconcile --once` (Spark: mirror the wait topic, expire)…")

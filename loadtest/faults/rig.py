@@ -33,7 +33,7 @@ from loadtest.harness.observe import (
     read_dlq_exceptions,
     read_wait_topic,
 )
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, stop, wait_http
+from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, spawn_mock, stop
 
 SAMPLE_EVERY_S = 0.5
 _UNANSWERED = (KafkaError, OSError, asyncio.TimeoutError)  # a question Kafka did not answer
@@ -180,10 +180,10 @@ class Rig:
     async def start_mock(self) -> None:
         self._mock_starts += 1
         log = self.work_dir / f"{self.tag}-mock{self._mock_starts}.log"
-        self._mock = self.spawn(["loadtest", "counterparty", "--model", self.model, "--port",
-                                 str(self.mock_port), "--record-keys", "--calls-file",
-                                 str(self._calls_file())], log)
-        await wait_http(self._session, f"{self.mock_url}stats", self._mock, log)
+        mock = spawn_mock(self.model, log, "--record-keys", "--calls-file",
+                          str(self._calls_file()), port=self.mock_port, spawner=self.spawn)
+        self._mock = mock.process
+        await mock.answering(self._session)
 
     async def stop_mock(self) -> None:
         """Stop the counterparty (its port then refuses connections), keeping its calls: the

@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from dispatcher.errors import WaitlineError
+from dispatcher.ports import free_port
 from loadtest.harness.measure import parse_metrics
 
 
@@ -40,6 +43,30 @@ def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None,
                                 stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=child_env(env))
+
+
+@dataclass(frozen=True)
+class MockCounterparty:
+    """A `waitline loadtest counterparty` process: where it answers and where it logs."""
+
+    process: subprocess.Popen[bytes]
+    url: str  # http://127.0.0.1:PORT/
+    log_path: Path
+
+    async def answering(self, session: aiohttp.ClientSession, timeout_s: float = 60.0) -> None:
+        """Once its `/stats` answers; HarnessError if it exits or `timeout_s` passes first."""
+        await wait_http(session, f"{self.url}stats", self.process, self.log_path, timeout_s)
+
+
+def spawn_mock(model: str, log_path: Path, *flags: str, port: int | None = None,
+               spawner: Callable[[list[str], Path], subprocess.Popen[bytes]] = spawn,
+               ) -> MockCounterparty:
+    """The mock counterparty answering with latency `model` on `port` (a free one by default),
+    with its other `flags`, started by `spawner` (e.g. a rig that stops what it started)."""
+    port = free_port() if port is None else port
+    process = spawner(["loadtest", "counterparty", "--model", model, "--port", str(port),
+                       *flags], log_path)
+    return MockCounterparty(process, f"http://127.0.0.1:{port}/", log_path)
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:

@@ -21,6 +21,7 @@ from loadtest.harness.processes import (
     get_json,
     get_metrics,
     spawn,
+    spawn_mock,
     stop,
     wait_http,
 )
@@ -49,14 +50,13 @@ async def test_prosody_calls_every_record_once_with_its_state_in_cassandra(
     await create_topic(kafka_bootstrap, topic, 4)
     assert await produce(kafka_bootstrap, topic, RECORDS, progress=False) == RECORDS
 
-    mock_port, metrics_port = free_port(), free_port()
-    mock = spawn(["loadtest", "counterparty", "--model", "fixed:20", "--port", str(mock_port)],
-                 tmp_path / "mock.log")
+    metrics_port = free_port()
+    mock = spawn_mock("fixed:20", tmp_path / "mock.log")
+    mock_url = mock.url
     peer = None
     try:
         async with aiohttp.ClientSession() as session:
-            mock_url = f"http://127.0.0.1:{mock_port}/"
-            await wait_http(session, f"{mock_url}stats", mock, tmp_path / "mock.log")
+            await mock.answering(session)
             peer = spawn(["loadtest", "peer", "prosody-events", "--topic", topic, "--group",
                           topic, "--url", mock_url, "--concurrency", "50",
                           "--bootstrap-servers", kafka_bootstrap, "--metrics-port",
@@ -76,7 +76,7 @@ async def test_prosody_calls_every_record_once_with_its_state_in_cassandra(
     finally:
         if peer is not None:
             stop(peer)
-        stop(mock)
+        stop(mock.process)
 
     assert stats["requests"] == RECORDS, (tmp_path / "peer.log").read_text()[-3000:]
     assert stats["duplicate_requests"] == 0

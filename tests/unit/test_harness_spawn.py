@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from loadtest.harness.processes import spawn
+from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, spawn_mock, stop
 
 pytestmark = pytest.mark.unit
 
@@ -29,3 +30,30 @@ def test_a_package_in_the_working_directory_does_not_shadow_the_imported_one(
     output = log_path.read_text()
     assert "the shadowing package ran" not in output
     assert "waitline" in output.lower()
+
+
+async def test_a_mock_counterparty_answers_with_its_model_and_flags(tmp_path: Path) -> None:
+    """`spawn_mock`: one place that knows the mock's command line; it answers at its URL with
+    the model and flags it was given, and exits when stopped."""
+    mock = spawn_mock("fixed:5", tmp_path / "mock.log", "--record-keys")
+    try:
+        async with aiohttp.ClientSession() as session:
+            await mock.answering(session)
+            async with session.post(mock.url, data=b"{}",
+                                    headers={"Idempotency-Key": "k-1"}) as answer:
+                assert answer.status == 200
+            assert await mock_calls_seen(session, mock.url) == 1
+            async with session.get(f"{mock.url}calls") as calls:  # --record-keys only
+                assert calls.status == 200
+                assert "k-1" in await calls.text()
+    finally:
+        stop(mock.process)
+    assert mock.process.returncode is not None
+    assert mock.url.startswith("http://127.0.0.1:")
+
+
+async def test_a_mock_that_cannot_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    mock = spawn_mock("no-such-model", tmp_path / "mock.log")
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(HarnessError, match="process exited"):
+            await mock.answering(session, timeout_s=60.0)
