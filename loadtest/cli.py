@@ -21,6 +21,7 @@ from rich.markup import escape
 from dispatcher.durations import parse_duration_s
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import ConfigError, ProduceError, WaitlineError
+from dispatcher.flow.ordering import parse_ordering
 from loadtest.bench.console_bench import FULL_RECORDS, console_bench
 from loadtest.bench.scenarios import AUTO, SCENARIOS
 from loadtest.cli_chaos import chaos
@@ -465,6 +466,11 @@ def calls_command(
     model: Annotated[str, typer.Option(help="The mock's latency model.")] = "fixed:100",
     functions: Annotated[int, typer.Option(help="Rows of the functions that differ most.",
                                            min=0)] = 40,
+    ordering: Annotated[str, typer.Option(
+        help="The pod's --ordering: unordered, key or partition.")] = "unordered",
+    keys: Annotated[int | None, typer.Option(
+        help="Distinct record keys (for --ordering key); default: every record its own.",
+        min=1)] = None,
     bootstrap_servers: BootstrapServers = None,
 ) -> None:
     """Count the function calls per record of each loop: what a record costs, timing aside.
@@ -481,6 +487,7 @@ def calls_command(
         _fail(f"--loops: {loops!r}; choose among {', '.join(known)}", CONFIG_EXIT_CODE)
     try:
         parse_model(model)
+        parse_ordering(ordering)
     except ConfigError as exc:
         _fail(str(exc), CONFIG_EXIT_CODE)
 
@@ -490,7 +497,8 @@ def calls_command(
                    f"{count.records:,} records", err=True)
 
     try:
-        counts = asyncio.run(count_calls(modes, RunSpec(modes[0], window, model, records),
+        spec = RunSpec(modes[0], window, model, records, ordering=ordering, keys=keys)
+        counts = asyncio.run(count_calls(modes, spec,
                                          resolve_bootstrap_servers(bootstrap_servers),
                                          Path("reports/calls"), on_count=show))
     except WaitlineError as exc:

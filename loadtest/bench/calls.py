@@ -183,7 +183,7 @@ async def count_calls(loops: Sequence[str], spec: RunSpec, bootstrap: str, work_
 async def _count_one(rig: _Rig, spec: RunSpec) -> CallCount:
     tag = f"calls-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
     await create_topic(rig.bootstrap, tag)
-    await produce(rig.bootstrap, tag, spec.records, progress=False)
+    await produce(rig.bootstrap, tag, spec.records, progress=False, keys=spec.keys)
     out, log = rig.work_dir / f"{tag}.json", rig.work_dir / f"{tag}.log"
     child = spawn(loop_args(spec, tag, tag, rig.url, bootstrap=rig.bootstrap,
                             metrics_port=free_port()),

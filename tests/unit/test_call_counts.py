@@ -64,10 +64,13 @@ def test_the_table_compares_calls_per_record_largest_difference_first() -> None:
                     "| `post (bare.py:63)` | python | 1.00 | 0.00 | -1.00 |"]
 
 
-def test_unknown_loops_and_a_bad_model_are_refused_before_anything_runs() -> None:
+def test_unknown_loops_a_bad_model_or_ordering_are_refused_before_anything_runs() -> None:
     result = CliRunner().invoke(app, ["calls", "--loops", "bare-wait,nonsense"])
     assert result.exit_code == CONFIG_EXIT_CODE
     assert "nonsense" in result.output and "at-least-once" in result.output
     result = CliRunner().invoke(app, ["calls", "--model", "fixed:100+nonsense"])
     assert result.exit_code == CONFIG_EXIT_CODE
     assert "nonsense" in result.output
+    result = CliRunner().invoke(app, ["calls", "--ordering", "sideways"])
+    assert result.exit_code == CONFIG_EXIT_CODE
+    assert "sideways" in result.output and "partition" in result.output
