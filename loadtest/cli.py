@@ -25,7 +25,12 @@ from dispatcher.flow.ordering import parse_ordering
 from loadtest.bench.console_bench import FULL_RECORDS, console_bench
 from loadtest.bench.scenarios import AUTO, SCENARIOS
 from loadtest.cli_chaos import chaos
-from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE, BootstrapServers
+from loadtest.cli_common import (
+    CONFIG_EXIT_CODE,
+    FAILURE_EXIT_CODE,
+    BootstrapServers,
+    run_until_stopped,
+)
 from loadtest.cli_common import fail as _fail
 from loadtest.cli_mirror import (
     MIRROR_DURATION,
@@ -243,9 +248,9 @@ def _run_scenarios(names: list[str], bootstrap_servers: str | None,
                         console.print(f"{name}: {text}", highlight=False, soft_wrap=True,
                                       markup=False)
 
-                results += asyncio.run(run_scenario(scenario, servers, work_dir,
-                                                    on_progress=show, rounds=rounds,
-                                                    keep_topics=keep_topics))
+                results += run_until_stopped(run_scenario(scenario, servers, work_dir,
+                                                          on_progress=show, rounds=rounds,
+                                                          keep_topics=keep_topics))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     return results
@@ -369,8 +374,8 @@ def demo(
     console = Console(stderr=True)
     console.print("[bold]crash and reconcile[/bold]: kill -9 mid-load, restart, expire, account")
     try:
-        report = asyncio.run(run_crash_demo(resolve_bootstrap_servers(bootstrap_servers),
-                                            out_dir / "crash-demo", console.print))
+        report = run_until_stopped(run_crash_demo(resolve_bootstrap_servers(bootstrap_servers),
+                                                  out_dir / "crash-demo", console.print))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     crash_lines = "\n".join(report.lines())
@@ -412,9 +417,9 @@ def handler_cpu_command(
 
     sizes = _windows(windows)
     try:
-        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                              Path("reports/handler-cpu"), sizes, records,
-                                              rounds))
+        samples = run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                    Path("reports/handler-cpu"), sizes, records,
+                                                    rounds))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples))
@@ -444,9 +449,9 @@ def revisions_command(
     work_dir = Path("reports/revisions")
     try:
         variants = revision_variants(base, head, work_dir)
-        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                              work_dir, sizes, records, rounds,
-                                              variants=variants, on_sample=_echo_sample))
+        samples = run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                    work_dir, sizes, records, rounds,
+                                                    variants=variants, on_sample=_echo_sample))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
@@ -498,9 +503,9 @@ def calls_command(
 
     try:
         spec = RunSpec(modes[0], window, model, records, ordering=ordering, keys=keys)
-        counts = asyncio.run(count_calls(modes, spec,
-                                         resolve_bootstrap_servers(bootstrap_servers),
-                                         Path("reports/calls"), on_count=show))
+        counts = run_until_stopped(count_calls(modes, spec,
+                                               resolve_bootstrap_servers(bootstrap_servers),
+                                               Path("reports/calls"), on_count=show))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo("\n".join(difference_lines(counts, functions)))
@@ -550,7 +555,7 @@ def profile_command(
     console = Console(stderr=True)
     try:
         with console.status("profile: starting") as status:
-            profiles = asyncio.run(profile_loops(
+            profiles = run_until_stopped(profile_loops(
                 resolve_bootstrap_servers(bootstrap_servers), Path("reports/profile"), modes,
                 window, records=records, seconds=seconds, rate=rate, rounds=rounds,
                 sampler=sampler, on_progress=lambda text: status.update(f"profile: {text}")))
@@ -592,9 +597,9 @@ def interpreters_command(
     sizes = _windows(windows)
     try:
         variants = interpreter_variants(python, loop)
-        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                              Path("reports/interpreters"), sizes, records,
-                                              rounds, variants=variants))
+        samples = run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                    Path("reports/interpreters"), sizes, records,
+                                                    rounds, variants=variants))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
@@ -646,10 +651,10 @@ def peer_cpu_command(
         interpreter = python or sys.executable
         variants = (baseline_variants(peer, interpreter) if peer in BASELINES
                     else peer_variants(peer, interpreter))
-        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                              Path("reports/peer-cpu"), sizes, records,
-                                              rounds, variants=variants, model=model,
-                                              on_sample=_echo_sample))
+        samples = run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                    Path("reports/peer-cpu"), sizes, records,
+                                                    rounds, variants=variants, model=model,
+                                                    on_sample=_echo_sample))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     typer.echo(markdown(samples, (variants[0].name, variants[1].name)))
@@ -684,9 +689,9 @@ def _run_guard(base: str | None, rounds: int, out: Path | None,
     work_dir = Path("reports/guard")
     try:
         variants = revision_variants(base, None, work_dir)
-        samples = asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                              work_dir, GUARD_WINDOWS, rounds=rounds,
-                                              variants=variants))
+        samples = run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                    work_dir, GUARD_WINDOWS, rounds=rounds,
+                                                    variants=variants))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     names = (variants[0].name, variants[1].name)
@@ -759,8 +764,8 @@ def bench(
 
     names = [name.strip() for name in scenarios.split(",") if name.strip()]
     results = _run_scenarios(names, bootstrap_servers, Path("reports/loadtest"))
-    cpu = (section(asyncio.run(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
-                                               Path("reports/handler-cpu"))))
+    cpu = (section(run_until_stopped(measure_pod_cpu(resolve_bootstrap_servers(bootstrap_servers),
+                                                     Path("reports/handler-cpu"))))
            if handler_cpu else "")
     mirror_rows = (run_mirror(events=MIRROR_EVENTS, rate=MIRROR_RATE, duration=MIRROR_DURATION,
                                trigger=MIRROR_TRIGGER, bootstrap_servers=bootstrap_servers,

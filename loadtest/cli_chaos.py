@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +11,7 @@ from rich.console import Console
 
 from dispatcher.endpoints import resolve_bootstrap_servers
 from dispatcher.errors import WaitlineError
-from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE
+from loadtest.cli_common import CONFIG_EXIT_CODE, FAILURE_EXIT_CODE, run_until_stopped
 from loadtest.cli_common import fail as _fail
 
 
@@ -49,8 +48,8 @@ def chaos(
     console = Console(stderr=True)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a broker killed on purpose
     try:
-        results = asyncio.run(run_chaos(resolve_bootstrap_servers(bootstrap_servers), work_dir,
-                                        scale, names, console.print))
+        results = run_until_stopped(run_chaos(resolve_bootstrap_servers(bootstrap_servers),
+                                              work_dir, scale, names, console.print))
     except WaitlineError as exc:
         _fail(str(exc), FAILURE_EXIT_CODE)
     command = "waitline loadtest chaos --scale " + scale + "".join(
