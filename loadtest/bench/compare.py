@@ -64,6 +64,7 @@ from loadtest.mock.latency import ERROR_STATUS, parse_model
 log = logging.getLogger(__name__)
 
 SAMPLE_EVERY_S = 0.5
+REPORT_EVERY_S = 5.0  # a progress line (producing, then finished records) at most this often
 FINISHED = "waitline_records_finished_total"
 DURATION = "waitline_record_duration_seconds"
 WINDOW = "waitline_window"
@@ -115,7 +116,7 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
     await create_topic(bootstrap, topic, spec.partitions)
-    await produce(bootstrap, topic, spec.records, progress=False, keys=spec.keys)
+    await _produce_reporting(bootstrap, topic, spec, on_progress)
 
     metrics_port, pod_log = free_port(), work_dir / f"{tag}-pod.log"
     mock = spawn_mock(spec.model, work_dir / f"{tag}-mock.log", "--hang-s",
@@ -198,6 +199,34 @@ def _cpu_and_rss(process: psutil.Process) -> tuple[float, int]:
     return cpu_s, rss
 
 
+async def _produce_reporting(bootstrap: str, topic: str, spec: RunSpec,
+                             on_progress: Callable[[str], None]) -> None:
+    """The run's backlog, with a line each REPORT_EVERY_S of how much Kafka acknowledged so
+    far: a broker that takes no writes (one that cannot create a partition's log retries them
+    without end) shows as a count that stays put, not as silence."""
+    acked = 0
+
+    def note(count: int) -> None:
+        nonlocal acked
+        acked = count
+
+    async def report() -> None:
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(REPORT_EVERY_S)
+            on_progress(f"{spec.mode} N={spec.concurrency}: producing: {acked:,}/"
+                        f"{spec.records:,} acknowledged after {time.monotonic() - started:.0f} s")
+
+    reporter = asyncio.create_task(report(), name=f"{topic}-produce-report")
+    try:
+        await produce(bootstrap, topic, spec.records, progress=False, keys=spec.keys,
+                      on_acked=note)
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporter
+
+
 async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Popen[bytes],
                   spec: RunSpec, on_progress: Callable[[str], None],
                   ) -> tuple[list[Sample], dict[tuple[str, str], float]]:
@@ -214,7 +243,7 @@ async def _sample(session: aiohttp.ClientSession, url: str, pod: subprocess.Pope
                               effective_window(metrics)))
         if samples[-1].finished >= spec.records:
             break
-        if now - last_report >= 5:
+        if now - last_report >= REPORT_EVERY_S:
             on_progress(f"{spec.mode} N={spec.concurrency}: {samples[-1].finished:,.0f}/"
                         f"{spec.records:,} finished after {now - started:.0f} s")
             last_report = now

@@ -56,12 +56,14 @@ def make_record(counter: int, rng: random.Random, *,
 
 async def produce(kafka: KafkaTarget, topic: str, count: int, *,
                   rate_per_s: float | None = None, progress: bool = True,
-                  start: int = 0, keys: int | None = None) -> int:
+                  start: int = 0, keys: int | None = None,
+                  on_acked: Callable[[int], None] | None = None) -> int:
     """Write records `start`..`start+count-1` to `topic`; returns how many Kafka acknowledged.
 
     Sends are pipelined (up to MAX_UNACKED_SENDS await their acknowledgement at once) and all
     are acknowledged before this returns. `rate_per_s` paces the sends; None sends at full
-    speed. A Kafka failure raises ProduceError.
+    speed. `on_acked` sees the count acknowledged so far, every PROGRESS_EVERY sends and at the
+    end (as the progress bar does). A Kafka failure raises ProduceError.
     """
     if count < 0:
         raise ConfigError(f"count must be 0 or more, not {count}")
@@ -79,9 +81,13 @@ async def produce(kafka: KafkaTarget, topic: str, count: int, *,
             await producer.start()
             with bar:
                 task = bar.add_task(f"producing to {topic}", total=count)
+                def acked_so_far(acked: int) -> None:
+                    bar.update(task, completed=acked)
+                    if on_acked is not None:
+                        on_acked(acked)
+
                 return await _send_all(producer, topic, range(start, start + count), rate_per_s,
-                                       on_acked=lambda acked: bar.update(task, completed=acked),
-                                       keys=keys)
+                                       on_acked=acked_so_far, keys=keys)
         finally:
             await producer.stop()  # also after a failed start, which leaves the client open
     except KafkaError as exc:
