@@ -164,6 +164,8 @@ class RecordPath:
         frame from fetch to tombstone: each resume of the record's task passes through every
         frame on its stack, so the path is not wrapped in a helper of its own."""
         trace = record_trace(source, self._topics.group)  # NO_TRACE: tracing off (tracing.py)
+        turns = self._turns  # --ordering (None: unordered)
+        turn_passed = False  # the lane's next record may start
         try:
             # 1. Prepare (in its turn, with --ordering): the wait record, acknowledged.
             prepared = await self._prepare(source, ticket, turn)
@@ -201,8 +203,9 @@ class RecordPath:
             ticket.state = RecordState.SETTLING
             await self._outcomes.settle(source, wait_id, outcome)
             self._metrics.record_duration.observe(self._monotonic() - ticket.fetched_at)
-            if self._turns is not None:
-                self._turns.release(self._turn_of(source, ticket))
+            if turns is not None:
+                turns.release(self._turn_of(source, ticket))
+                turn_passed = True
 
             # 5. The tombstone, behind the window: the slot is free while it is written.
             ticket.state = RecordState.TOMBSTONING
@@ -218,8 +221,8 @@ class RecordPath:
             trace.end()
             ticket.state = RecordState.ENDED
             ticket.left_the_line()
-            if self._turns is not None:  # a path that ended before it settled (a no-op after)
-                self._turns.release(self._turn_of(source, ticket))
+            if turns is not None and not turn_passed:  # a path that ended before it settled
+                turns.release(self._turn_of(source, ticket))
 
     @staticmethod
     def _turn_of(source: SourceRecord, ticket: RecordTicket) -> RecordId:
