@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WINDOW, RECORDS, LATENCY_MS = 1000, 8000, 500
 HOG_S = 8.0  # how long the loop is held up at the start
+LAG_TARGET_S = 0.025  # the pod's --loop-lag-target, 25ms (below)
 BLOCK_S, YIELD_S = 0.06, 0.02  # the hog blocks the loop for this long, then lets it run
 
 
@@ -80,8 +81,13 @@ async def test_a_lagging_loop_caps_the_window_and_the_cap_lifts_once_it_keeps_up
     hog_began = hogs[0][0]
     hogged = [s for s in seen if hog_began <= s["at"] < hog_began + HOG_S]
     lowest = min(s["cap"] for s in hogged)
-    assert max(s["lag"] for s in hogged) > 0.025, seen
-    assert seen[0]["cap"] == WINDOW, seen  # no cap before the loop lags
+    assert max(s["lag"] for s in hogged) > LAG_TARGET_S, seen
+    # No cap before the loop lags: the first capped sample comes no earlier than the first
+    # lagging one. (The first sample is not always uncapped: on a loaded machine the pod's own
+    # start, a thousand records fetched at once, lagged the loop 0.26 s before it; CI, once.)
+    first_capped = next((i for i, s in enumerate(seen) if s["cap"] < WINDOW), len(seen))
+    first_lagging = next((i for i, s in enumerate(seen) if s["lag"] > LAG_TARGET_S), len(seen))
+    assert first_lagging <= first_capped, seen
     assert lowest < WINDOW, seen  # capped while the loop lagged
     first_cut = next(s["at"] for s in hogged if s["cap"] < WINDOW)
     # The window follows the cap within a call's latency or two (records prepared ahead, at
