@@ -33,7 +33,14 @@ from loadtest.harness.observe import (
     read_dlq_exceptions,
     read_wait_topic,
 )
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, spawn_mock, stop
+from loadtest.harness.processes import (
+    HarnessError,
+    mock_calls_seen,
+    mock_url,
+    spawn,
+    spawn_mock,
+    stop,
+)
 
 SAMPLE_EVERY_S = 0.5
 _UNANSWERED = (KafkaError, OSError, asyncio.TimeoutError)  # a question Kafka did not answer
@@ -106,7 +113,7 @@ class Rig:
         self.topic = self.group = tag
         self.model = model
         self.mock_port = free_port()
-        self.mock_url = f"http://127.0.0.1:{self.mock_port}/"
+        self.mock_url = mock_url(self.mock_port)
         self.watch = CommitWatch(bootstrap, self.group, self.topic)
         self.kills: list[AtTheKill] = []
         self.pods: dict[str, subprocess.Popen[bytes]] = {}

@@ -45,9 +45,15 @@ def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None,
                                 env=child_env(env))
 
 
+def mock_url(port: int) -> str:
+    """Where a mock counterparty started on `port` answers (`spawn_mock`)."""
+    return f"http://127.0.0.1:{port}/"
+
+
 @dataclass(frozen=True)
-class MockCounterparty:
-    """A `waitline loadtest counterparty` process: where it answers and where it logs."""
+class MockProcess:
+    """A `waitline loadtest counterparty` process (the in-process server is
+    `loadtest.mock.counterparty.MockCounterparty`): where it answers and where it logs."""
 
     process: subprocess.Popen[bytes]
     url: str  # http://127.0.0.1:PORT/
@@ -60,13 +66,13 @@ class MockCounterparty:
 
 def spawn_mock(model: str, log_path: Path, *flags: str, port: int | None = None,
                spawner: Callable[[list[str], Path], subprocess.Popen[bytes]] = spawn,
-               ) -> MockCounterparty:
+               ) -> MockProcess:
     """The mock counterparty answering with latency `model` on `port` (a free one by default),
     with its other `flags`, started by `spawner` (e.g. a rig that stops what it started)."""
     port = free_port() if port is None else port
     process = spawner(["loadtest", "counterparty", "--model", model, "--port", str(port),
                        *flags], log_path)
-    return MockCounterparty(process, f"http://127.0.0.1:{port}/", log_path)
+    return MockProcess(process, mock_url(port), log_path)
 
 
 def stop(process: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
