@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from devstack.certs import ClusterTls, ensure_tls
-from devstack.kafka import KafkaService, aiokafka_silenced, new_cluster_id
+from devstack.kafka import (
+    KafkaService,
+    aiokafka_silenced,
+    new_cluster_id,
+    request_timeout_within_ms,
+)
 from devstack.processes import ServiceStatus, log_tail, write_private
 from dispatcher.errors import StackError
 from dispatcher.kafka.config import KafkaClientSettings, KafkaConfig
@@ -362,9 +367,11 @@ async def _live_brokers(connection: ClusterConnection, timeout_s: float) -> set[
 
     with aiokafka_silenced():
         options = connection.kafka_config().client_options()
-        admin = AIOKafkaAdminClient(**options, request_timeout_ms=int(timeout_s * 1000))
+        within_s = timeout_s * (len(NODE_IDS) + 1)  # each node's bootstrap, then the question
+        admin = AIOKafkaAdminClient(**options, request_timeout_ms=request_timeout_within_ms(
+            within_s, len(NODE_IDS) + 1))
         try:  # bootstrap tries the nodes in turn, each for up to timeout_s (one may hang)
-            async with asyncio.timeout(timeout_s * (len(NODE_IDS) + 1)):
+            async with asyncio.timeout(within_s):
                 await admin.start()
                 cluster = await admin.describe_cluster()
         except Exception:  # noqa: BLE001 - any failure means "none answers"
@@ -379,17 +386,13 @@ async def _live_brokers(connection: ClusterConnection, timeout_s: float) -> set[
 async def _await_group_coordinator(client_options: dict[str, Any], timeout_s: float) -> None:
     """Until a group coordinator is found (Kafka creates the offsets topic on the first
     lookup and answers "not available" until its partitions have leaders); `client_options`
-    reach the cluster (`KafkaConfig.client_options`).
-
-    Each request times out before the wait does, bootstrap's over every node included: cut by
-    the wait's timeout while it waits for a metadata answer, aiokafka's bootstrap leaves its
-    connection open (as the health probe did, `devstack.kafka._kafka_answers`)."""
+    reach the cluster (`KafkaConfig.client_options`)."""
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    request_timeout_s = timeout_s / (len(NODE_IDS) + 1)
-    admin = AIOKafkaAdminClient(**client_options,
-                                request_timeout_ms=int(request_timeout_s * 1000))
+    admin = AIOKafkaAdminClient(  # bootstrap over every node, then a lookup
+        **client_options,
+        request_timeout_ms=request_timeout_within_ms(timeout_s, len(NODE_IDS) + 1))
     try:
         async with asyncio.timeout(timeout_s):
             await admin.start()

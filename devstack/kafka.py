@@ -226,19 +226,25 @@ def aiokafka_silenced() -> Iterator[None]:
         aiokafka_logger.setLevel(level)
 
 
-async def _kafka_answers(bootstrap_servers: str, timeout_s: float) -> bool:
-    """True when the broker serves metadata and can create a topic-less producer session.
+def request_timeout_within_ms(within_s: float, requests: int) -> int:
+    """The request timeout of an admin client whose work, `requests` requests in a row, is cut
+    by `asyncio.timeout(within_s)`: each request times out before the cut (bootstrap asks the
+    nodes in turn, a request each). aiokafka's bootstrap closes its connection when its
+    metadata request times out, but leaves it open when it is cancelled there, and a frozen
+    broker (the fault tests freeze one) answers the connection and not the request. Such an
+    open connection, collected later in another test, failed that test
+    (`tests/unit/test_kafka_probe.py`)."""
+    return int(within_s * 1000 / requests)
 
-    Each request times out at a third of `timeout_s`, before the probe's own timeout: aiokafka's
-    bootstrap closes its connection when its metadata request times out, but leaves it open
-    when it is cancelled there, and a frozen broker (the fault tests freeze one) answered the
-    connection and not the request. The open connection, collected later in another test,
-    failed that test (`tests/unit/test_kafka_probe.py`)."""
+
+async def _kafka_answers(bootstrap_servers: str, timeout_s: float) -> bool:
+    """True when the broker serves metadata and can create a topic-less producer session."""
     from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep CLI start fast
 
     with aiokafka_silenced():
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers,
-                                    request_timeout_ms=int(timeout_s * 1000 / 3))
+        admin = AIOKafkaAdminClient(  # bootstrap and the listing, with a third to spare
+            bootstrap_servers=bootstrap_servers,
+            request_timeout_ms=request_timeout_within_ms(timeout_s, 3))
         try:
             async with asyncio.timeout(timeout_s):  # a backstop: each request times out first
                 await admin.start()
