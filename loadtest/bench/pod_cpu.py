@@ -31,6 +31,7 @@ from dispatcher.ports import free_port
 from loadtest.bench.compare import loop_args
 from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.processes import (
+    MockProcess,
     await_mock_calls,
     mock_calls_seen,
     spawn,
@@ -140,10 +141,12 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
     one is started first alternates from round to round); `on_sample` sees each as it is
     taken, so a run cut short still shows its rounds. `model`: the mocks' latency model."""
     await asyncio.to_thread(work_dir.mkdir, parents=True, exist_ok=True)
-    mocks = [spawn_mock(model, work_dir / f"cpu-mock-{port}.log", port=port)
-             for port in (free_port() for _ in variants)]
+    mocks: list[MockProcess] = []
     samples = []
     try:
+        for _ in variants:  # in the `try`: one that fails to start stops those started before it
+            port = free_port()
+            mocks.append(spawn_mock(model, work_dir / f"cpu-mock-{port}.log", port=port))
         async with aiohttp.ClientSession() as session:
             benches = []
             for mock in mocks:

@@ -5,12 +5,22 @@ on `sys.path`."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from loadtest.harness.processes import HarnessError, mock_calls_seen, spawn, spawn_mock, stop
+from loadtest.bench import pod_cpu
+from loadtest.harness.processes import (
+    HarnessError,
+    MockProcess,
+    mock_calls_seen,
+    mock_url,
+    spawn,
+    spawn_mock,
+    stop,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +67,26 @@ async def test_a_mock_that_cannot_start_is_reported_with_its_log(tmp_path: Path)
     async with aiohttp.ClientSession() as session:
         with pytest.raises(HarnessError, match="process exited"):
             await mock.answering(session, timeout_s=60.0)
+
+
+async def test_a_second_mock_that_cannot_be_spawned_leaves_no_first_one_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`measure_pod_cpu` starts a mock for each variant; if starting one fails (no file
+    descriptor left, an unwritable log), the ones already started are stopped, not left
+    running under the next measurement."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn_or_fail(model: str, log_path: Path, *flags: str, port: int | None = None,
+                      ) -> MockProcess:
+        if started:
+            raise OSError("too many open files")
+        started.append(subprocess.Popen(["sleep", "60"]))
+        return MockProcess(started[0], mock_url(port or 1), log_path)
+
+    monkeypatch.setattr(pod_cpu, "spawn_mock", spawn_or_fail)
+
+    with pytest.raises(OSError, match="too many open files"):
+        await pod_cpu.measure_pod_cpu("127.0.0.1:1", tmp_path, windows=(100,), rounds=1)
+
+    assert len(started) == 1
+    assert started[0].poll() is not None, "the first mock was left running"
