@@ -100,13 +100,17 @@ class ClusterView:
     async def partitions(self, topic: str | None = None) -> list[PartitionState]:
         """Every partition of `topic`, or of every topic (internal ones included) when None,
         in (topic, partition) order."""
-        described = await self._ask(
-            lambda: self._admin.describe_topics(None if topic is None else [topic]),
-            f"the partitions of {topic or 'every topic'}")
+        async def describe() -> list[dict[str, Any]]:
+            described: list[dict[str, Any]] = await self._admin.describe_topics(
+                None if topic is None else [topic])
+            for t in described:  # a topic just created may be unknown to a broker a moment
+                if t["error_code"] != 0:  # longer: a retriable code is asked again
+                    raise for_code(t["error_code"])(f"topic {t['topic']}")
+            return described
+
+        described = await self._ask(describe, f"the partitions of {topic or 'every topic'}")
         states = []
         for t in described:
-            if t["error_code"] != 0:
-                raise HarnessError(f"topic {t['topic']}: {for_code(t['error_code']).__name__}")
             states += [PartitionState(t["topic"], p["partition"], p["leader"],
                                       tuple(p["replicas"]), tuple(p["isr"]))
                        for p in t["partitions"]]
