@@ -37,3 +37,28 @@ class DoneSignal:
             await waiter  # a cancelled wait takes only its own future with it
         finally:
             self._waiters.remove(waiter)
+
+    async def wait_within(self, timeout_s: float) -> bool:
+        """Whether it is set within `timeout_s` (a timer, not a task or a scope: cheap enough
+        to wait again and again)."""
+        if self._set:
+            return True
+        if timeout_s <= 0:
+            return False
+        if self._waiters is None:
+            self._waiters = []
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = loop.call_later(timeout_s, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.remove(waiter)
+        return self._set
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

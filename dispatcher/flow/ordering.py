@@ -9,14 +9,15 @@ lanes never wait for each other, so different keys still fill the window.
 Records without a key have no order to keep in `key` mode (Kafka's default partitioner spreads
 them over partitions anyway): each is admitted at once.
 
-`Turns` is the gate as the engine runs it: the core's `OrderingGate`, with a signal per record
-that waits for its turn. A record is admitted when fetched (in offset order) and waits for its
-turn; only then is it written to the wait topic (a wait of several deadlines must not eat into
-its wait record's expiration), its offset made committable and its call started: a revoke
-abandons the records still waiting above the partition's highest called one (the next owner
-calls them, in order) and lets those below take their turn here (dispatcher/pod/revoke.py), so
-two pods never call records of one key at the same time. A waiting record counts toward the
-window.
+`Turns` is the gate as the engine runs it: the core's `OrderingGate`, with two signals per
+waiting record (`Turn`). A record is admitted when fetched (in offset order); once it is next in
+its lane its wait record is written (`Turn.prepare`: while the record ahead is called, so the
+lane's cycle is not one acknowledgement longer; the record path writes it again while it waits,
+as for a call slot); once the record ahead is released its offset is made committable and its
+call started (`Turn.call`). Records further back wait unprepared. A revoke abandons the records
+still waiting above the partition's highest called one (the next owner calls them, in order) and
+lets those below take their turn here (dispatcher/pod/revoke.py), so two pods never call records
+of one key at the same time. A waiting record counts toward the window.
 """
 
 from __future__ import annotations
@@ -92,6 +93,15 @@ class OrderingGate(Generic[RecordIdT]):
         self._waiting += 1
         return False
 
+    def on_deck(self, record_id: RecordIdT) -> RecordIdT | None:
+        """The record next to start in `record_id`'s lane (right behind the one in flight), if
+        any; None for a record in no lane."""
+        lane = self._lane_of.get(record_id)
+        if lane is None:
+            return None
+        queue = self._lanes[lane]
+        return queue[1][0] if len(queue) > 1 else None
+
     def release(self, record_id: RecordIdT) -> list[RecordIdT]:
         """The record's call is over; returns the records that may start now, in offset order."""
         if record_id in self._unlaned_in_flight:
@@ -111,9 +121,10 @@ class OrderingGate(Generic[RecordIdT]):
         self._waiting -= 1
         return [queue[0][0]]
 
-    def withdraw(self, record_id: RecordIdT) -> None:
+    def withdraw(self, record_id: RecordIdT) -> RecordIdT | None:
         """A record still waiting for its turn leaves its lane without one (its task ended
-        first: cancelled when the drain's grace ran out); those behind it move up."""
+        first: cancelled when the drain's grace ran out, or given up at a stop); those behind
+        it move up. Returns the lane's record next to start after the withdrawal."""
         lane = self._lane_of.get(record_id)
         queue = None if lane is None else self._lanes[lane]
         if queue is None or queue[0][0] == record_id:
@@ -121,6 +132,7 @@ class OrderingGate(Generic[RecordIdT]):
         queue.remove(next(item for item in queue if item[0] == record_id))
         del self._lane_of[record_id]
         self._waiting -= 1
+        return queue[1][0] if len(queue) > 1 else None
 
     def forget_partition(self, partition: Hashable,
                          keep: Callable[[RecordIdT], bool] = lambda _record_id: False,
@@ -159,38 +171,63 @@ class OrderingGate(Generic[RecordIdT]):
 RecordId = tuple[str, int, int, int]
 
 
+class Turn:
+    """A record's two turns in its lane, each set once: `prepare` when it is next to start (its
+    wait record is written while the record ahead of it is called), `call` when the record
+    ahead of it is released. A revoke that drops the record sets both."""
+
+    __slots__ = ("call", "prepare")
+
+    def __init__(self) -> None:
+        self.prepare = DoneSignal()
+        self.call = DoneSignal()
+
+    def wake(self) -> None:
+        self.prepare.set()
+        self.call.set()
+
+
 class Turns:
-    """Which records may call now; `admit` → wait for the returned signal → `release`."""
+    """Which records may prepare and call now; `admit` → wait for the returned turns →
+    `release`."""
 
     def __init__(self, mode: OrderingMode) -> None:
         self._gate: OrderingGate[RecordId] = OrderingGate(mode)
-        self._waiting: dict[RecordId, DoneSignal] = {}
+        self._waiting: dict[RecordId, Turn] = {}
         self._admitted: set[RecordId] = set()
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def admit(self, record: RecordId, key: bytes | None) -> DoneSignal | None:
-        """None when the record may call at once; else a signal set when its turn comes (or
-        when its partition is revoked)."""
+    def admit(self, record: RecordId, key: bytes | None) -> Turn | None:
+        """None when the record may prepare and call at once; else its turns (its prepare
+        turn already come if it is next in its lane)."""
         self._admitted.add(record)
         if self._gate.admit(record, record[:2], key):
             return None
-        turn = self._waiting[record] = DoneSignal()
+        turn = self._waiting[record] = Turn()
+        if self._gate.on_deck(record) == record:
+            turn.prepare.set()
         return turn
 
     def release(self, record: RecordId) -> None:
-        """The record is done (called and settled, or given up): the next of its lane starts.
-        A record that ends while still waiting (cancelled before its turn) leaves its lane."""
+        """The record is done (called and settled, or given up): the next of its lane starts,
+        and the one behind that may prepare. A record that ends while still waiting (cancelled
+        or given up before its turn) leaves its lane."""
         if record not in self._admitted:
             return  # dropped at a revoke
         self._admitted.discard(record)
         if self._waiting.pop(record, None) is not None:
-            self._gate.withdraw(record)
+            self._may_prepare(self._gate.withdraw(record))
             return
         for next_record in self._gate.release(record):
-            self._waiting.pop(next_record).set()
+            self._waiting.pop(next_record).call.set()
+            self._may_prepare(self._gate.on_deck(next_record))
+
+    def _may_prepare(self, record: RecordId | None) -> None:
+        if record is not None:
+            self._waiting[record].prepare.set()
 
     def revoke(self, partition: tuple[str, int], from_offset: int = 0) -> list[RecordId]:
         """Drop the partition's waiting records at `from_offset` or above and wake them;
@@ -198,5 +235,5 @@ class Turns:
         dropped = self._gate.forget_partition(partition, lambda record: record[2] < from_offset)
         for record in dropped:
             self._admitted.discard(record)
-            self._waiting.pop(record).set()
+            self._waiting.pop(record).wake()
         return dropped

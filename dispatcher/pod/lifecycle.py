@@ -1,8 +1,8 @@
 """One record's path, fetched to tombstoned, read top to bottom (DESIGN.md "The lifecycle of
-one record"): its turn (`--ordering`) → prepare (the wait record acknowledged) → a call slot and
-a rate token (prepared ahead of the window) → the call (its start makes the offset committable;
-one deadline) → settle (result or DLQ record; the lane's next record takes its turn) →
-tombstone (behind the window).
+one record"): its turn to prepare (`--ordering`: once next in its lane) → prepare (the wait
+record acknowledged) → its turn to call (`--ordering`), a call slot and a rate token (prepared
+ahead of them) → the call (its start makes the offset committable; one deadline) → settle
+(result or DLQ record; the lane's next record takes its turn) → tombstone (behind the window).
 
 `RecordState` says where a record is; a stalled partition names its oldest record's state.
 `RecordTicket` is a record's entry in the engine's bookkeeping while it is not yet committable
@@ -31,7 +31,7 @@ from dispatcher.call.contract import CallOutcome, CallRequest, Counterparty, cli
 from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import ProduceError, RecordTooLargeError
 from dispatcher.flow.breaker import Circuit
-from dispatcher.flow.ordering import RecordId, Turns
+from dispatcher.flow.ordering import RecordId, Turn, Turns
 from dispatcher.flow.rate import RateGate
 from dispatcher.kafka.seam import AckedWrites
 from dispatcher.kafka.topics import TopicConfig
@@ -39,7 +39,7 @@ from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
-from dispatcher.pod.window import CallSlots
+from dispatcher.pod.window import RECHECK_S, CallSlots
 from dispatcher.tracing import record_trace, traced_prepare
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
@@ -159,7 +159,7 @@ class RecordPath:
         self._rate = rate
 
     async def walk(self, source: SourceRecord, ticket: RecordTicket,
-                   turn: DoneSignal | None) -> None:
+                   turn: Turn | None) -> None:
         """The whole path of `source`; a write that can never succeed stops the engine. One
         frame from fetch to tombstone: each resume of the record's task passes through every
         frame on its stack, so the path is not wrapped in a helper of its own."""
@@ -167,16 +167,18 @@ class RecordPath:
         turns = self._turns  # --ordering (None: unordered)
         turn_passed = False  # the lane's next record may start
         try:
-            # 1. Prepare (in its turn, with --ordering): the wait record, acknowledged.
+            # 1. Prepare (with --ordering, once it is next in its lane): the wait record,
+            # acknowledged.
             prepared = await self._prepare(source, ticket, turn)
             if prepared is None:  # its path ended there (see `_prepare`)
                 return
             prepare, prepared_at, wait_partition = prepared
             trace.prepared()
 
-            # 2. A call slot and a rate token, the wait record refreshed while it waits.
+            # 2. Its turn to call (--ordering), a call slot and a rate token, the wait record
+            # refreshed while it waits.
             called = await self._take_call_slot(source, prepare, prepared_at, wait_partition,
-                                                ticket)
+                                                ticket, turn=turn)
             if called is None:  # revoked or stopping while it waited: uncommitted, the next
                 # owner calls it
                 if ticket.abandoned:  # a rewrite may have landed late (as in `_prepare`)
@@ -229,18 +231,19 @@ class RecordPath:
         return source.topic, source.partition, source.offset, ticket.generation
 
     async def _prepare(self, source: SourceRecord, ticket: RecordTicket,
-                       turn: DoneSignal | None) -> tuple[OutgoingRecord, float, int] | None:
-        """Step 1, after the record's turn: its wait record, acknowledged (the record, when it
-        was made, and the wait topic's partition it went to); None if the path ends here: a
-        null value or a record too large for the wait topic (dead-lettered uncalled), a stop or
-        a revoke (left uncalled to the next owner)."""
+                       turn: Turn | None) -> tuple[OutgoingRecord, float, int] | None:
+        """Step 1, in the record's turn to prepare: its wait record, acknowledged (the record,
+        when it was made, and the wait topic's partition it went to); None if the path ends
+        here: a null value or a record too large for the wait topic (dead-lettered uncalled), a
+        stop or a revoke (left uncalled to the next owner)."""
         if source.value is None:
             await self._dead_letter_uncalled(source, ticket, NULL_VALUE_FAILURE)
             return None
-        if turn is not None:  # --ordering: prepared and called in its turn only (the wait
-            # can last several deadlines; it must not eat into the wait record's expiration)
+        if turn is not None and not turn.prepare.is_set():  # --ordering: prepared once next
+            # in its lane only (the records ahead may take several deadlines; refreshing a wait
+            # record meanwhile is a write each; only the next one waits prepared)
             ticket.state = RecordState.AWAITING_TURN
-            await turn.wait()
+            await turn.prepare.wait()
             ticket.state = RecordState.PREPARING
         if self._partitions.left_at_stop(source):  # not prepared: uncommitted, the next owner's
             return None
@@ -291,21 +294,35 @@ class RecordPath:
         self._partitions.committable((source.topic, source.partition), source.offset, ticket)
 
     async def _take_call_slot(self, source: SourceRecord, prepare: OutgoingRecord,
-                              written_at: float, partition: int,
-                              ticket: RecordTicket) -> OutgoingRecord | None:
-        """Wait for a call slot, then (`--rate-limit`) for a token: the wait record, or None if
-        the partition was revoked meanwhile, or the pod began to stop and leaves it: not called
-        here, left uncommitted. The wait record (made at `written_at`) is written again once
-        `refresh_wait_record_s` has passed since it was made, counted across both waits (e.g.
-        an open circuit, a slow rate), so it cannot expire into the DLQ while this pod still
-        calls it: a call starts with at least its deadline left."""
-        ticket.state = RecordState.AWAITING_SLOT
+                              written_at: float, partition: int, ticket: RecordTicket, *,
+                              turn: Turn | None) -> OutgoingRecord | None:
+        """Wait for its turn to call (`--ordering`), a call slot, then (`--rate-limit`) for a
+        token: the wait record, or None if the partition was revoked meanwhile, or the pod
+        began to stop and leaves it: not called here, left uncommitted. The wait record (made
+        at `written_at`) is written again once `refresh_wait_record_s` has passed since it was
+        made, counted across the waits (e.g. the call ahead in its lane, an open circuit, a
+        slow rate), so it cannot expire into the DLQ while this pod still calls it: a call
+        starts with at least its deadline left."""
         ticket.done.set()  # its wait record is durable: a revoke need not wait for it
 
         def given_up() -> bool:
             return ticket.abandoned or self._partitions.left_at_stop(source)
 
         refresh_s = self._window.refresh_wait_record_s
+        if turn is not None and not turn.call.is_set():
+            ticket.state = RecordState.AWAITING_TURN
+            # Looked at every RECHECK_S, as the line for a slot is: a stop leaves it uncalled.
+            while not await turn.call.wait_within(
+                    min(RECHECK_S, written_at + refresh_s - self._monotonic())):
+                if given_up():
+                    return None
+                if self._monotonic() >= written_at + refresh_s:
+                    written_at = self._monotonic()
+                    prepare = await self._write_again(source, partition,
+                                                      ticket.owner_generation)
+            if given_up():  # a revoke that dropped it woke it
+                return None
+        ticket.state = RecordState.AWAITING_SLOT
         while not await self._calls.acquire(written_at + refresh_s - self._monotonic(), given_up):
             if given_up():
                 return None

@@ -10,12 +10,25 @@ to start at its partition (one fetch in eight).
 
 from __future__ import annotations
 
+import asyncio
 from itertools import pairwise
 
-from cases import answer, calls_per_record, committed_to_end
+from cases import (
+    Outage,
+    answer,
+    called_after_expiry,
+    calls_per_record,
+    committed_to_end,
+    inputs,
+    wait_id,
+    wait_topic,
+)
 from oracle import check
 from simkafka import WriteFaults
-from world import Input, quiet, simulate
+from world import Call, Input, World, quiet, simulate, until
+
+from dispatcher.handlers.record import Record
+from dispatcher.wire import parse_dlq_record
 
 PER_KEY = 200
 CALL_S = 0.1
@@ -45,12 +58,14 @@ def test_a_key_waiting_its_turn_does_not_starve_another_keys_lane() -> None:
 WRITE_S = 0.05
 
 
-def test_a_lanes_next_call_does_not_wait_for_the_tombstone() -> None:
-    """One key, every acknowledged write taking `WRITE_S`: between two calls of the lane come
-    the first record's result (settled: its outcome is durable, in order) and the next record's
-    wait record, not the first record's tombstone, which closes a call already over and settled.
-    Found on the real stack: at 50 keys the lane's cycle was the call and three acknowledged
-    writes (docs/BENCHMARKS.md, "Ordered lanes: the turn after the outcome")."""
+def test_a_lanes_next_record_is_prepared_while_the_one_before_it_is_called() -> None:
+    """One key, every acknowledged write taking `WRITE_S`: between two calls of the lane comes
+    only the first record's result, the one write the lane's order needs (its outcome durable
+    before the next call). Not the first record's tombstone, which closes a call already over
+    and settled (found on the real stack: at 50 keys the lane's cycle was the call and three
+    acknowledged writes; docs/BENCHMARKS.md, "Ordered lanes: the turn after the outcome"); nor
+    the next record's wait record, written while the record ahead of it is called (its 3 ms of
+    the lane's 106 ms cycle; "Ordered lanes: the next record prepared ahead")."""
     records = 20
     inputs = [Input(b"k", b"%d" % i) for i in range(records)]
     log = simulate(quiet({"ordering": "key", "concurrency": 10}, inputs=inputs,
@@ -61,7 +76,69 @@ def test_a_lanes_next_call_does_not_wait_for_the_tombstone() -> None:
     assert len(calls) == records
     gaps = [after.started - before.ended for before, after in pairwise(calls)
             if before.ended is not None]
-    assert max(gaps) <= 2.5 * WRITE_S, (
+    assert max(gaps) <= 1.5 * WRITE_S, (
         f"the lane's calls were {min(gaps):.3f} to {max(gaps):.3f} s apart with writes of "
-        f"{WRITE_S} s: the next record waited for more than the result and its own wait record")
+        f"{WRITE_S} s: the next record waited for more than the result before its call")
+    assert max(wait_topic(log).prepares.values()) == 1
     assert check(log) == []
+
+
+DEADLINE_S, EXPIRATION_S, OUTAGE_S = 1.0, 2.0, 6.0
+
+
+def test_a_record_prepared_ahead_in_its_lane_keeps_an_unexpired_wait_record() -> None:
+    """One key; deadline 1 s, expiration 2 s (a wait record is written again after 0.5 s of
+    waiting), a 6 s outage from the first call: the circuit opens, the lane's head waits for a
+    call slot through it, and the record behind it, prepared ahead, waits for its turn as long.
+    Each record is called before its latest wait record expires, and none is left open."""
+    outage = Outage(OUTAGE_S)
+    log = simulate(quiet({"ordering": "key", "concurrency": 5, "deadline": DEADLINE_S,
+                          "wait_expiration": EXPIRATION_S,
+                          "circuit_breaker": "min-calls=2,open=1s"},
+                         inputs=[Input(b"k", b"%d" % i) for i in range(8)], handle=outage))
+    assert called_after_expiry(log) == {}, "called after their wait record expired"
+    waited = wait_topic(log)
+    assert sorted(waited.prepares.values())[-2] > 1, "no record behind the head waited long"
+    assert waited.open_ids == set()
+    assert any(c.started >= outage.ends for c in log.calls)
+    assert check(log) == []
+
+
+STOP_EXPIRATION_S = 6.0
+
+
+def test_a_stop_closes_the_wait_record_of_a_record_prepared_ahead_in_its_lane() -> None:
+    """One key, calls that hang, a stop with a 1.5 s drain: the head's call is cut off (left
+    open: the sweep sends it to the DLQ once it expires); the record prepared ahead behind it is
+    not called and not committed, and its wait record is closed at the stop, so a next pod that
+    comes after its expiration finds it closed, not expired as if it had been tried: the sweep
+    expires the head alone, and the next pod calls the rest, each once."""
+    hanging = True
+
+    async def handle(_world: World, _call: Call, _record: Record) -> bytes | None:
+        await asyncio.sleep(30.0 if hanging else 0.01)
+        return b"{}"
+
+    async def stop_then_restart_after_the_expiration(world: World) -> None:
+        nonlocal hanging
+        await until(lambda: len(world.log.calls) >= 1)
+        await asyncio.sleep(0.2)  # the next record's wait record acknowledged meanwhile
+        await world.sigterm("a")
+        hanging = False
+        await asyncio.sleep(2 * STOP_EXPIRATION_S)
+        await world.start_pod("a")
+
+    # The drain's grace ends before the hung call's deadline: the call is cut off. A wait record
+    # is written again after (6 - 1.9) / 2 s of waiting, longer than the grace.
+    log = simulate(quiet({"ordering": "key", "concurrency": 4, "drain_grace": 1.5,
+                          "deadline": 1.9, "wait_expiration": STOP_EXPIRATION_S},
+                         inputs=[Input(b"k", b"%d" % i) for i in range(6)],
+                         handle=handle, script=stop_then_restart_after_the_expiration))
+    every = [wait_id(r) for r in inputs(log)]
+    assert {c.wait_id for c in log.calls if c.pod == "a#1"} == {every[0]}
+    assert sorted(c.wait_id for c in log.calls if c.pod == "a#2") == sorted(every[1:])
+    expired = {str(parse_dlq_record(r.key, r.value, r.headers).wait_id)
+               for r in log.cluster.records(log.topics.dlq_topic) if r.written_by == "sweep"}
+    assert expired == {every[0]}, "a record prepared ahead was left open at the stop"
+    assert check(log) == []
+

@@ -62,3 +62,19 @@ async def test_a_waiter_wakes_in_the_same_step_as_an_event_waiter() -> None:
     event.set()
     await asyncio.gather(*waiting)
     assert woken == ["signal", "event"]
+
+
+async def test_a_timed_wait_says_whether_the_signal_came_and_leaves_no_waiter() -> None:
+    signal = DoneSignal()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await signal.wait_within(0.02) is False
+    assert loop.time() - started >= 0.02
+    assert await signal.wait_within(0) is False
+    waiting = asyncio.create_task(signal.wait_within(10.0))
+    await asyncio.sleep(0)
+    signal.set()
+    async with asyncio.timeout(1):
+        assert await waiting is True
+    assert await signal.wait_within(0) is True
+    assert signal._waiters == []  # each timed wait took its own future with it

@@ -175,10 +175,56 @@ def test_a_record_ended_before_its_turn_leaves_its_lane() -> None:
     turns.release(waiting)  # cancelled before its turn
     assert turns.waiting == 1
     turns.release(ahead)
-    assert behind_turn.is_set() and not waiting_turn.is_set()
+    assert behind_turn.call.is_set() and not waiting_turn.call.is_set()
     turns.release(behind)
     assert turns.waiting == 0
     assert turns.admit(("t", 0, 4, 0), b"k") is None  # the lane is empty again
+
+
+def test_the_record_next_in_a_lane_may_prepare_and_the_rest_wait() -> None:
+    """Behind the lane's record in flight, the next one may prepare at once (its wait record
+    written while the one ahead is called) and call once that one is released; the one after
+    it may prepare only then."""
+    turns = Turns(OrderingMode.KEY)
+    first, second, third = ("t", 0, 1, 0), ("t", 0, 2, 0), ("t", 0, 3, 0)
+    assert turns.admit(first, b"k") is None
+    second_turn, third_turn = turns.admit(second, b"k"), turns.admit(third, b"k")
+    assert second_turn is not None and third_turn is not None
+    assert second_turn.prepare.is_set() and not second_turn.call.is_set()
+    assert not third_turn.prepare.is_set() and not third_turn.call.is_set()
+    other_key = turns.admit(("t", 0, 4, 0), b"other")
+    assert other_key is None  # another lane: at once
+
+    turns.release(first)
+    assert second_turn.call.is_set()
+    assert third_turn.prepare.is_set() and not third_turn.call.is_set()
+    turns.release(second)
+    assert third_turn.call.is_set()
+
+
+def test_a_record_next_in_its_lane_that_ends_waiting_lets_the_one_behind_prepare() -> None:
+    """The record next in its lane gives up while it waits for its call turn (a stop leaves
+    it uncalled): the record behind it is next now, and may prepare."""
+    turns = Turns(OrderingMode.PARTITION)
+    first, second, third = ("t", 0, 1, 0), ("t", 0, 2, 0), ("t", 0, 3, 0)
+    turns.admit(first, b"a")
+    second_turn, third_turn = turns.admit(second, b"b"), turns.admit(third, b"c")
+    assert second_turn is not None and third_turn is not None
+    turns.release(second)  # given up before its call turn
+    assert third_turn.prepare.is_set() and not third_turn.call.is_set()
+    turns.release(first)
+    assert third_turn.call.is_set()
+
+
+def test_a_revoke_wakes_both_turns_of_the_records_it_drops() -> None:
+    turns = Turns(OrderingMode.KEY)
+    turns.admit(("t", 0, 1, 0), b"k")
+    second_turn, third_turn = turns.admit(("t", 0, 2, 0), b"k"), turns.admit(("t", 0, 3, 0), b"k")
+    assert second_turn is not None and third_turn is not None
+    assert turns.revoke(("t", 0), from_offset=2) == [("t", 0, 2, 0), ("t", 0, 3, 0)]
+    for turn in (second_turn, third_turn):
+        assert turn.prepare.is_set() and turn.call.is_set()
+    assert turns.waiting == 0
 
 
 def test_only_a_waiting_record_can_be_withdrawn() -> None:
@@ -189,6 +235,7 @@ def test_only_a_waiting_record_can_be_withdrawn() -> None:
     for not_waiting in (1, 4):  # the lane's call in flight; a record never admitted
         with pytest.raises(ValueError, match="not waiting"):
             gate.withdraw(not_waiting)
-    gate.withdraw(2)
+    assert gate.on_deck(1) == 2
+    assert gate.withdraw(2) == 3  # next in the lane now
     assert gate.waiting == 1
     assert gate.release(1) == [3]

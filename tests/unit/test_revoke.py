@@ -89,9 +89,9 @@ async def test_under_ordering_holes_keep_their_turn_and_the_rest_are_dropped() -
     assert turn_of_1 is not None and turn_of_3 is not None
     revoke = asyncio.create_task(leave_uncalled([P0], unprepared, watermarks, turns, 5.0))
     await asyncio.sleep(0.05)
-    assert turn_of_3.is_set() and records[3].abandoned  # woken to end, uncalled
-    assert not turn_of_1.is_set() and not records[1].abandoned
+    assert turn_of_3.call.is_set() and records[3].abandoned  # woken to end, uncalled
+    assert not turn_of_1.call.is_set() and not records[1].abandoned
     turns.release(("orders", 0, 0, 0))
-    assert turn_of_1.is_set()  # its turn came: it is called here
+    assert turn_of_1.call.is_set()  # its turn came: it is called here
     records[1].left_the_line()
     await asyncio.wait_for(revoke, 1.0)
