@@ -165,6 +165,20 @@ class Outage:
         return b'{"ok": true}'
 
 
+class Hanging:
+    """A counterparty whose calls hang `seconds` (past any deadline a case sets) while
+    `hanging`; a script sets it to False (say, before it starts the next pod), then calls are
+    answered at once."""
+
+    def __init__(self, seconds: float = 30.0) -> None:
+        self.seconds = seconds
+        self.hanging = True
+
+    async def __call__(self, _world: World, _call: Call, _record: Record) -> bytes | None:
+        await asyncio.sleep(self.seconds if self.hanging else 0.01)
+        return b"{}"
+
+
 class FetchFailsMidRead(SimConsumer):
     """A fetch that fails (a leader moving) once, in the middle of the engine's one-record-at-a-
     time read of partition 1."""

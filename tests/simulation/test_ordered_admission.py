@@ -14,6 +14,7 @@ import asyncio
 from itertools import pairwise
 
 from cases import (
+    Hanging,
     Outage,
     answer,
     called_after_expiry,
@@ -25,9 +26,8 @@ from cases import (
 )
 from oracle import check
 from simkafka import WriteFaults
-from world import Call, Input, World, quiet, simulate, until
+from world import Input, World, quiet, simulate, until
 
-from dispatcher.handlers.record import Record
 from dispatcher.wire import parse_dlq_record
 
 PER_KEY = 200
@@ -113,18 +113,13 @@ def test_a_stop_closes_the_wait_record_of_a_record_prepared_ahead_in_its_lane() 
     not called and not committed, and its wait record is closed at the stop, so a next pod that
     comes after its expiration finds it closed, not expired as if it had been tried: the sweep
     expires the head alone, and the next pod calls the rest, each once."""
-    hanging = True
-
-    async def handle(_world: World, _call: Call, _record: Record) -> bytes | None:
-        await asyncio.sleep(30.0 if hanging else 0.01)
-        return b"{}"
+    hanging = Hanging()
 
     async def stop_then_restart_after_the_expiration(world: World) -> None:
-        nonlocal hanging
         await until(lambda: len(world.log.calls) >= 1)
         await asyncio.sleep(0.2)  # the next record's wait record acknowledged meanwhile
         await world.sigterm("a")
-        hanging = False
+        hanging.hanging = False
         await asyncio.sleep(2 * STOP_EXPIRATION_S)
         await world.start_pod("a")
 
@@ -133,7 +128,7 @@ def test_a_stop_closes_the_wait_record_of_a_record_prepared_ahead_in_its_lane() 
     log = simulate(quiet({"ordering": "key", "concurrency": 4, "drain_grace": 1.5,
                           "deadline": 1.9, "wait_expiration": STOP_EXPIRATION_S},
                          inputs=[Input(b"k", b"%d" % i) for i in range(6)],
-                         handle=handle, script=stop_then_restart_after_the_expiration))
+                         handle=hanging, script=stop_then_restart_after_the_expiration))
     every = [wait_id(r) for r in inputs(log)]
     assert {c.wait_id for c in log.calls if c.pod == "a#1"} == {every[0]}
     assert sorted(c.wait_id for c in log.calls if c.pod == "a#2") == sorted(every[1:])

@@ -11,6 +11,7 @@ import asyncio
 import random
 
 from cases import (
+    Hanging,
     Outage,
     answer,
     called_after_expiry,
@@ -22,9 +23,8 @@ from cases import (
     wait_topic,
 )
 from oracle import check
-from world import Call, Input, World, quiet, simulate, until
+from world import Input, World, quiet, simulate, until
 
-from dispatcher.handlers.record import Record
 from dispatcher.wire import OutgoingRecord
 
 WINDOW = 5
@@ -79,23 +79,18 @@ def test_records_prepared_ahead_but_never_called_go_to_the_next_owner() -> None:
     ahead and never called must not be committed: the next pod calls them and closes their
     wait records."""
     hung_window = 2
-    hanging = True
-
-    async def handle(_world: World, _call: Call, _record: Record) -> bytes | None:
-        await asyncio.sleep(30.0 if hanging else 0.01)
-        return b"{}"
+    hanging = Hanging()
 
     async def stop_then_restart(world: World) -> None:
-        nonlocal hanging
         await until(lambda: len(world.log.calls) >= hung_window
                     and len(wait_topic(world.log).prepares) >= 2 * hung_window)
         await world.sigterm("a")
-        hanging = False
+        hanging.hanging = False
         await world.start_pod("a")
 
     log = simulate(quiet({"concurrency": hung_window, "drain_grace": 1.0, "deadline": 60.0},
                          inputs=[Input(str(i).encode(), str(i).encode()) for i in range(8)],
-                         handle=handle, script=stop_then_restart,
+                         handle=hanging, script=stop_then_restart,
                          before_write=prepares_in_offset_order))
     every = [wait_id(r) for r in inputs(log)]
     cut_off = {c.wait_id for c in log.calls if c.pod == "a#1"}
