@@ -22,6 +22,7 @@ of one key at the same time. A waiting record counts toward the window.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -171,6 +172,9 @@ class OrderingGate(Generic[RecordIdT]):
 RecordId = tuple[str, int, int, int]
 
 
+RECHECK_S = 0.5  # a record waiting for its call turn looks this often whether it was given up
+
+
 class Turn:
     """A record's two turns in its lane, each set once: `prepare` when it is next to start (its
     wait record is written while the record ahead of it is called), `call` when the record
@@ -185,6 +189,16 @@ class Turn:
     def wake(self) -> None:
         self.prepare.set()
         self.call.set()
+
+    async def call_within(self, timeout_s: float, given_up: Callable[[], bool]) -> bool:
+        """Whether its call turn came; False once `timeout_s` passes or `given_up()` turns true
+        first (looked at every RECHECK_S), as a call slot's and a rate token's waits answer."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + timeout_s
+        while not await self.call.wait_within(min(RECHECK_S, give_up_at - loop.time())):
+            if given_up() or loop.time() >= give_up_at:
+                return False
+        return True
 
 
 class Turns:

@@ -39,7 +39,7 @@ from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.settings import WindowConfig
 from dispatcher.pod.settle import RECORD_TOO_LARGE, OutcomeWriter
 from dispatcher.pod.watermark import TopicPartitionKey
-from dispatcher.pod.window import RECHECK_S, CallSlots
+from dispatcher.pod.window import CallSlots
 from dispatcher.tracing import record_trace, traced_prepare
 from dispatcher.wire import (
     NULL_VALUE_FAILURE,
@@ -311,15 +311,12 @@ class RecordPath:
         refresh_s = self._window.refresh_wait_record_s
         if turn is not None and not turn.call.is_set():
             ticket.state = RecordState.AWAITING_TURN
-            # Looked at every RECHECK_S, as the line for a slot is: a stop leaves it uncalled.
-            while not await turn.call.wait_within(
-                    min(RECHECK_S, written_at + refresh_s - self._monotonic())):
+            while not await turn.call_within(written_at + refresh_s - self._monotonic(),
+                                             given_up):
                 if given_up():
                     return None
-                if self._monotonic() >= written_at + refresh_s:
-                    written_at = self._monotonic()
-                    prepare = await self._write_again(source, partition,
-                                                      ticket.owner_generation)
+                written_at = self._monotonic()
+                prepare = await self._write_again(source, partition, ticket.owner_generation)
             if given_up():  # a revoke that dropped it woke it
                 return None
         ticket.state = RecordState.AWAITING_SLOT

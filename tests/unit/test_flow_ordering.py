@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import defaultdict
 from collections.abc import Hashable
@@ -11,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.errors import ConfigError
-from dispatcher.flow.ordering import OrderingGate, OrderingMode, Turns, parse_ordering
+from dispatcher.flow.ordering import (
+    RECHECK_S,
+    OrderingGate,
+    OrderingMode,
+    Turn,
+    Turns,
+    parse_ordering,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -239,3 +247,31 @@ def test_only_a_waiting_record_can_be_withdrawn() -> None:
     assert gate.withdraw(2) == 3  # next in the lane now
     assert gate.waiting == 1
     assert gate.release(1) == [3]
+
+
+async def test_a_call_turn_waits_until_it_comes_its_time_passes_or_it_is_given_up() -> None:
+    """`Turn.call_within` answers as a call slot's and a rate token's waits do: True once the
+    turn comes, False when the time passes, and False once `given_up()` turns true, looked at
+    every RECHECK_S though the time left is longer."""
+    loop = asyncio.get_running_loop()
+    turn = Turn()
+    started = loop.time()
+    assert await turn.call_within(0.05, lambda: False) is False
+    assert loop.time() - started >= 0.05
+
+    stopping = False
+
+    def given_up() -> bool:
+        return stopping
+
+    waiting = asyncio.create_task(turn.call_within(60.0, given_up))
+    await asyncio.sleep(0)
+    stopping = True
+    started = loop.time()
+    assert await waiting is False
+    assert loop.time() - started <= RECHECK_S + 0.1
+
+    waiting = asyncio.create_task(turn.call_within(60.0, lambda: False))
+    await asyncio.sleep(0)
+    turn.call.set()
+    assert await asyncio.wait_for(waiting, 1.0) is True
