@@ -100,7 +100,9 @@ class AtLeastOnceEngine:
         guard = None if window.loop_guard is None else LoopGuard(window.loop_guard,
                                                                   window.concurrency)
         self._loop_watch = LoopWatch(guard, metrics, lambda: self.in_flight)
-        self._draining = False  # a stop came: see `left_at_stop`
+        # Once a stop came: each partition's highest called record then, the mark above which
+        # the stop leaves records uncalled (`left_at_stop`); None while no stop came.
+        self._left_above: dict[TopicPartitionKey, int | None] | None = None
         self._last_fetched_ms: int | None = None
         self._joined = False
         self._owner_generation: int | None = None  # the group generation of our assignment
@@ -310,12 +312,15 @@ class AtLeastOnceEngine:
 
     def left_at_stop(self, source: SourceRecord) -> bool:
         """Whether a stop leaves `source` uncalled: once draining, a record above its
-        partition's highest called one is not called (the next owner calls it); one below it
-        (a hole the watermark waits for) still is, within the grace, as a revoke does, so the
-        commit covers the records called above it and nothing is called twice."""
-        if not self._draining:
+        partition's highest called one when the stop came is not called (the next owner calls
+        it); one below it (a hole the watermark waits for) still is, within the grace, as a
+        revoke does, so the commit covers the records called above it and nothing is called
+        twice. The mark is fixed when the stop comes: a record dead-lettered uncalled during
+        the drain (a null value) raises the watermark's, and a record below that but above one
+        already left would be called, past what the commit can cover."""
+        if self._left_above is None:
             return False
-        highest = self._watermarks.highest_prepared((source.topic, source.partition))
+        highest = self._left_above.get((source.topic, source.partition))
         return highest is None or source.offset > highest
 
     def committable(self, key: TopicPartitionKey, offset: int, ticket: RecordTicket) -> None:
@@ -390,7 +395,8 @@ class AtLeastOnceEngine:
         fatal error), cancel what is left, then commit. Cancelled first: a commit can hang
         (a coordinator away), and no call may start after the grace, which that commit could
         not cover and the stop would then cut off."""
-        self._draining = True
+        self._left_above = {key: self._watermarks.highest_prepared(key)
+                            for key in self._generation}
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
         if self._held.tasks and self._fatal is None:

@@ -185,7 +185,7 @@ MUTANTS = [
            "key at once."),
     # --- drain ---
     Mutant("drain-still-starts-calls", "dispatcher/pod/engine.py",
-           "        if not self._draining:\n            return False",
+           "        if self._left_above is None:\n            return False",
            "        if True:\n            return False",
            "A stop calls no record above its partition's highest called one."),
     Mutant("drain-no-grace", "dispatcher/pod/engine.py",
