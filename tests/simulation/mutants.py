@@ -227,6 +227,29 @@ MUTANTS = [
            "now >= self._since + self.config.open_s:",
            "now >= self._since + 1000 * self.config.open_s:",
            "An open circuit half-opens after `open` and probes the counterparty."),
+    # --- the waits of a record prepared ahead (dispatcher/pod/lifecycle.py, flow/ordering.py) ---
+    Mutant("slot-wait-without-refresh", "dispatcher/pod/lifecycle.py",
+           "            written_at = self._monotonic()\n"
+           "            prepare = await self._write_again(source, partition, "
+           "ticket.owner_generation)\n        try:\n",
+           "            written_at = self._monotonic()\n        try:\n",
+           "A record prepared ahead that waits for a call slot longer than the refresh margin "
+           "(an open circuit) writes its wait record again, so it never expires while it is "
+           "still to be called."),
+    Mutant("token-wait-without-refresh", "dispatcher/pod/lifecycle.py",
+           "                    written_at = self._monotonic()\n"
+           "                    prepare = await self._write_again(source, partition, "
+           "ticket.owner_generation)\n",
+           "                    written_at = self._monotonic()\n",
+           "A record that waits for a rate token longer than the refresh margin writes its wait "
+           "record again."),
+    Mutant("turn-wait-without-refresh", "dispatcher/pod/lifecycle.py",
+           "                written_at = self._monotonic()\n"
+           "                prepare = await self._write_again(source, partition, "
+           "ticket.owner_generation)\n            if given_up():  # a revoke",
+           "                written_at = self._monotonic()\n            if given_up():  # a revoke",
+           "A record prepared ahead in its lane that waits for its call turn longer than the "
+           "refresh margin (the record ahead held) writes its wait record again."),
     Mutant("adaptive-past-max", "dispatcher/flow/adaptive.py",
            "        new = max(self.config.min_limit, min(self.config.max_limit, target))",
            "        new = max(self.config.min_limit, target)",

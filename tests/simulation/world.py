@@ -276,6 +276,7 @@ def _draw_with_faults(seed: int) -> Scenario:
     _draw_adaptive_growth(rng, scenario)
     _draw_stalls(seed, run_s, scenario)
     _draw_stop_while_commits_fail(seed, run_s, scenario)
+    _draw_holds_past_refresh(seed, run_s, scenario)
     return scenario
 
 
@@ -287,6 +288,30 @@ def _draw_stop_while_commits_fail(seed: int, run_s: float, scenario: Scenario) -
     rng = random.Random(f"stop-while-commits-fail/{seed}")
     if rng.random() < 0.15:
         scenario.events.append((rng.uniform(0.5, run_s), "sigterm_commits_fail"))
+        scenario.events.sort()
+
+
+def _draw_holds_past_refresh(seed: int, run_s: float, scenario: Scenario) -> None:
+    """Waits longer than a wait record's refresh margin (half of what --wait-expiration leaves
+    beyond --deadline), in seeds whose expiration is the short one: an outage that keeps the
+    circuit open for longer, up to twice the expiration (records prepared ahead wait that long
+    for a call slot, and in an ordered lane for their call turn, so they must write their wait
+    records again; `make mutants` stops the engine that does not within 1,000 seeds), and every
+    pod stopped with none back until after the expiration (a stop must close the wait record
+    of each record it leaves uncalled, or the sweep expires it as if it had been tried).
+    Drawn from a stream of its own, like the stalls."""
+    rng = random.Random(f"holds/{seed}")
+    flags = scenario.flags
+    deadline = flags["deadline"]
+    if flags["wait_expiration"] != deadline * 4 + 10 or flags.get("mode") == "batch":
+        return
+    margin = (flags["wait_expiration"] - deadline) / 2
+    if flags["circuit_breaker"] != "off" and rng.random() < 0.4:
+        start = rng.uniform(0.0, run_s / 2)
+        longest = 2 * flags["wait_expiration"]  # records prepared during it outlive theirs
+        scenario.outage = (start, start + rng.uniform(margin + deadline, longest))
+    if rng.random() < 0.3:
+        scenario.events.append((rng.uniform(0.5, run_s), "stop_all_away"))
         scenario.events.sort()
 
 
@@ -837,6 +862,10 @@ class World:
             await self.sigterm(self.rng.choice(names) if what == "sigterm" else names[-1])
         elif what == "kill" and names:
             await self.kill(self.rng.choice(names))
+        elif what == "stop_all_away" and names:  # a node drained: back after the expiration
+            for name in names:
+                await self.sigterm(name)
+            await asyncio.sleep(self.settings.wait_expiration + self.rng.uniform(0.5, 3.0))
         elif what == "clock_jump":
             self._pod_clock_offset_s += self.scenario.clock_jump_s
             self._most_ahead_s = max(self._most_ahead_s, self._pod_clock_offset_s)
