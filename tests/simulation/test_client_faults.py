@@ -12,11 +12,12 @@ import looptime
 import oracle
 import pytest
 import world
-from cases import MID_READ_CALLS, fetch_failing_mid_read
+from cases import MID_READ_CALLS, answer, committed, fetch_failing_mid_read
 from oracle import check
 from simkafka import ClientFaults, SimCluster, SimRecord, SimWriter, WriteFaults
 from world import INPUT, Input, World, quiet, simulate
 
+from dispatcher.errors import FatalError
 from dispatcher.wire import OutgoingRecord
 
 
@@ -211,4 +212,34 @@ def test_the_batch_baselines_batch_fetched_before_a_rebalance_is_that_ownerships
     assert log.settings.mode.value == "batch", "the seed no longer draws the batch baseline"
     assert any(oracle.fetched_in(log, c) < c.generation for c in log.calls), (
         "no batch is called in a later generation than it was fetched in any more")
+    assert check(log) == []
+
+
+def test_a_next_owners_prepare_its_fatal_stop_leaves_open_may_reopen_a_closed_row() -> None:
+    """DESIGN.md, "Failing fast": a pod stopping on a write that can never succeed leaves the
+    record it caught open in the wait registry, for the sweep. Here the record's first owner
+    called it and closed it, but none of its commits landed (so the next owner fetches it
+    again), and the next owner's prepare of it is that fatal write, landing before it fails:
+    the sweep expires the row it reopened. `sweep.py --seed 31750` (the first owner a zombie
+    whose commits failed after its fence): the oracle read the next owner's prepare as a late
+    prepare of a revoke that gave up, because the record's last call was the first owner's."""
+    async def closed_uncommitted_then_a_fatal_next_owner(world: World) -> None:
+        world.log.pods[0].consumer.failing_commits = 1_000  # none of a#1's commits lands
+        await asyncio.sleep(1.0)
+        await world.sigterm("a")
+        await asyncio.sleep(1.0)
+        await world.start_pod("a")  # fetches the record again; its prepare is the fatal write
+        await asyncio.sleep(2.0)
+
+    log = simulate(quiet({"concurrency": 1, "deadline": 1.0, "wait_expiration": 5.0},
+                         records=1, handle=answer(lambda _v: 0.1),
+                         script=closed_uncommitted_then_a_fatal_next_owner,
+                         write_faults=WriteFaults(fatal_at=1.5, lands_then_fails=True)))
+    first, second = log.pods
+    assert [c.pod for c in log.calls] == [first.name]
+    assert committed(log) == 0
+    assert isinstance(second.error, FatalError)
+    assert len(log.swept) == 1  # the row the fatal prepare reopened
+    assert [r.written_by for r in log.cluster.records(log.topics.wait_topic)
+            if r.value is not None] == [first.name, second.name]
     assert check(log) == []
