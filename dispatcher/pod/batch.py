@@ -191,13 +191,17 @@ class BatchEngine:
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit `offsets` with the ends of earlier batches whose commit failed. A commit
         that fails is tried again at the next poll while the partitions stay its own; lost
-        mid-batch, they are the next owner's, which processes the batch again."""
+        mid-batch or mid-commit, they are the next owner's, which processes the batch again."""
         offsets = {**self._uncommitted, **offsets}
+        owned = dict(self._revokes)
         try:
             await self._consumer.commit(offsets)
         except KafkaClientError as exc:
             self._metrics.commits.labels("failed").inc()
-            self._uncommitted = offsets
+            # Not a partition revoked while the commit was asked (the rebalance it failed
+            # over): the revoke forgot it, and asking for it again would fail every commit.
+            self._uncommitted = {tp: end for tp, end in offsets.items()
+                                 if self._revokes.get(tp, 0) == owned.get(tp, 0)}
             log.warning("batch commit failed (tried again at the next poll; the batch is "
                         "redelivered if its partitions move first): %r", exc)
             return

@@ -5,6 +5,7 @@ seeded sweep draws it too (`world._draw_pod_kind`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from cases import MID_READ_CALLS, answer, committed_to_end, dlq, fetch_failing_mid_read
@@ -117,4 +118,52 @@ def test_the_batch_baseline_stops_fatally_on_a_write_that_can_never_succeed() ->
                          write_faults=WriteFaults(fatal_at=0.1)))
     assert log.pods and all(isinstance(p.error, FatalError) for p in log.pods), [
         p.error for p in log.pods]
+    assert check(log) == []
+
+
+class _CommitHeldOverARebalance(SimConsumer):
+    """Its first commit of partition 1 waits, once `hold` is set, until `release` is: a
+    rebalance comes between the commit's request and the group's answer."""
+
+    hold = False
+
+    def __init__(self, cluster: SimCluster, member: str, window: int) -> None:
+        super().__init__(cluster, member, window)
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if self.hold and TopicPartition(INPUT, 1) in offsets:
+            self.hold = False
+            self.holding.set()
+            await self.release.wait()
+        await super().commit(offsets)
+
+
+def test_a_batch_commit_failing_over_a_rebalance_forgets_the_partitions_revoked() -> None:
+    """A commit in flight while a rebalance moves one of its partitions away fails (the
+    group's generation moved on). The defect: the batch baseline kept that commit's offsets
+    to try again, the moved partition's too, though the revoke had just forgotten it, so every
+    later commit of the pod asked for a partition it no longer owned and failed, and its own
+    partitions were never committed again (`sweep.py --seed 31151`)."""
+    async def rebalance_while_the_first_commit_waits(world: World) -> None:
+        consumer = world.log.pods[0].consumer
+        assert isinstance(consumer, _CommitHeldOverARebalance)
+        consumer.hold = True
+        await consumer.holding.wait()
+        await world.start_pod("b")  # partition 1 moves to b
+        await until(lambda: any(a.member.startswith("b") for a in world.cluster.assignments))
+        consumer.release.set()
+
+    log = simulate(quiet({**BATCH, "concurrency": 8},
+                         inputs=[Input(b"k%d" % i, b"v%d" % i, partition=i % 2)
+                                 for i in range(40)], records=40, partitions=2,
+                         handle=answer(lambda _v: 0.2), make_consumer=_CommitHeldOverARebalance,
+                         script=rebalance_while_the_first_commit_waits))
+    first = log.pods[0]
+    failed = [a.at for a in log.cluster.commit_attempts if a.member == first.name and not a.ok]
+    assert failed, "the held commit did not fail over the rebalance"
+    assert any(a.ok for a in log.cluster.commit_attempts
+               if a.member == first.name and a.at > failed[0]), \
+        "the pod never committed again after the commit that failed over the rebalance"
     assert check(log) == []
