@@ -243,3 +243,22 @@ def test_a_next_owners_prepare_its_fatal_stop_leaves_open_may_reopen_a_closed_ro
     assert [r.written_by for r in log.cluster.records(log.topics.wait_topic)
             if r.value is not None] == [first.name, second.name]
     assert check(log) == []
+
+
+def test_a_stale_batchs_repeat_is_charged_to_the_ownership_it_was_fetched_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch baseline calls on a batch fetched before a rebalance (`batch.py`), maybe
+    after the partition's next owner called the same records: that repeat is the stale batch's
+    ownership's, which the rebalance did not wait for, not the next owner's. `sweep.py --seed
+    30242` (a rate of 2/s kept the stale batch calling for seconds): the oracle charged it to the
+    next owner's ownership, which then ended cleanly."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(30242)
+    assert log.settings.mode.value == "batch", "the seed no longer draws the batch baseline"
+    first: dict[str, int] = {}  # each record's first call's ownership
+    later_from_older = False
+    for call in sorted(log.calls, key=lambda c: c.started):
+        fetched = oracle.fetched_in(log, call)
+        later_from_older |= fetched < first.setdefault(call.wait_id, fetched)
+    assert later_from_older, "no stale batch calls a record after its next owner any more"
+    assert check(log) == []
