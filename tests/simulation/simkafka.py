@@ -239,7 +239,12 @@ class SimCluster:
         member.revoking = set()
         entry.ended = self.now
 
-    def commit(self, member_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(self, member_id: str, offsets: Mapping[TopicPartition, int],
+               sent_in: int | None = None) -> None:
+        """Apply `offsets`, sent in generation `sent_in` (None: this one). The coordinator
+        refuses a commit the group has moved on from since it was sent, even for partitions the
+        member owns again (`sweep.py --seed 42944`: applied, it landed after the member's new
+        assignment had read the committed offset)."""
         member = self.members.get(member_id)
         owned = set() if member is None else member.assignment | member.revoking
         lost = [tp for tp in offsets if tp not in owned]
@@ -247,6 +252,10 @@ class SimCluster:
             self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError(f"CommitFailedError: {member_id} does not own {lost} in "
                                    f"generation {self.generation}")
+        if sent_in is not None and sent_in != self.generation:
+            self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
+            raise KafkaClientError(f"IllegalGenerationError: {member_id}'s commit was sent in "
+                                   f"generation {sent_in}, the group is in {self.generation}")
         if self.rng.random() < self.commit_failure_rate:
             self.commit_attempts.append(CommitAttempt(self.now, member_id, ok=False))
             raise KafkaClientError("RequestTimedOutError (injected)")
@@ -447,6 +456,7 @@ class SimConsumer:
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         faults = self._cluster.faults
+        sent_in = self._cluster.generation
         if self.failing_commits > 0 and not self.dead:
             self.failing_commits -= 1
             await asyncio.sleep(self._cluster.rng.uniform(0.001, 0.02))
@@ -462,7 +472,7 @@ class SimConsumer:
         except asyncio.CancelledError:
             if self.dead and chance(self._cluster.rng, faults.lands_after_kill):
                 with contextlib.suppress(KafkaClientError):  # sent before the kill -9
-                    self._cluster.commit(self.member_id, offsets)
+                    self._cluster.commit(self.member_id, offsets, sent_in)
             raise
         if chance(self._cluster.rng, faults.commit_timeout_rate):
             # A commit the group never answers failed, whether the client's timeout or the
@@ -477,9 +487,9 @@ class SimConsumer:
         if self.dead:
             if chance(self._cluster.rng, faults.lands_after_kill):  # sent before the kill
                 with contextlib.suppress(KafkaClientError):
-                    self._cluster.commit(self.member_id, offsets)
+                    self._cluster.commit(self.member_id, offsets, sent_in)
             await _forever()
-        self._cluster.commit(self.member_id, offsets)
+        self._cluster.commit(self.member_id, offsets, sent_in)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return len(self._cluster.logs[partition.topic][partition.partition])

@@ -262,3 +262,22 @@ def test_a_stale_batchs_repeat_is_charged_to_the_ownership_it_was_fetched_in(
         later_from_older |= fetched < first.setdefault(call.wait_id, fetched)
     assert later_from_older, "no stale batch calls a record after its next owner any more"
     assert check(log) == []
+
+
+def test_a_commit_answered_after_the_group_moved_on_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit carries the generation it was sent in, and the group coordinator refuses it
+    once a rebalance has moved the group on (IllegalGeneration), even for a partition the
+    member owns again. The simulator's: it applied such a commit (sent just before a rebalance,
+    a timed-out answer that had been applied), after the member's new assignment had read the
+    committed offset, so the batch baseline went on from the older offset and the committed
+    offset went back (`sweep.py --seed 42944`)."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(42944)
+    assert log.settings.mode.value == "batch", "the seed no longer draws the batch baseline"
+    rebalances = sorted({r.started for r in log.cluster.revokes if r.started > 0})
+    assert any(a.at > at and not a.ok and a.at - at < 0.05
+               for a in log.cluster.commit_attempts for at in rebalances), \
+        "no commit is answered just after a rebalance began any more"
+    assert check(log) == []
+
