@@ -510,7 +510,7 @@ def repeats_are_bounded(log: RunLog) -> list[str]:
                        f"(e.g. waits {wids[:3]})")
             continue
         until = max(ending.at, ending.until)
-        since = _oldest_left_fetched(log, name, until)
+        since = _oldest_left_fetched(log, name, until, ending.at)
         # the batch baseline calls what it fetches, with no wait record first
         bound = most_open(pod.window) + (_fetched_since if _batch(log) else _prepared_since)(
             log, name, since, until)
@@ -536,13 +536,15 @@ def fetched_in(log: RunLog, call: Call) -> int:
                 if a.member == call.pod and a.at <= fetched + EPSILON_S), default=call.generation)
 
 
-def _oldest_left_fetched(log: RunLog, member: str, until: float) -> float:
+def _oldest_left_fetched(log: RunLog, member: str, until: float, ended_at: float) -> float:
     """When `member` fetched the oldest record it left uncommitted at `until` (the record at a
-    partition's committed offset then): the records it called above it since may all be called
-    again. Its last commit when it fetched none of them."""
+    partition's committed offset then, counting the commits of other members only until its
+    ownership ended at `ended_at`: a zombie learns of its fence after the next owner has
+    committed past what it left, `sweep.py --seed 40926`): the records it called above it
+    since may all be called again. Its last commit when it fetched none of them."""
     committed: dict[tuple[str, int], int] = {}
     for entry in log.cluster.commits:
-        if entry.at <= until:
+        if entry.at <= until and (entry.member == member or entry.at <= ended_at):
             committed[(entry.partition.topic, entry.partition.partition)] = entry.offset
     fetched = [f.at for f in log.cluster.fetches if f.member == member and f.at <= until
                and any(committed.get((r.topic, r.partition), 0) == r.offset for r in f.records)]

@@ -281,3 +281,22 @@ def test_a_commit_answered_after_the_group_moved_on_is_refused(
         "no commit is answered just after a rebalance began any more"
     assert check(log) == []
 
+
+def test_a_zombies_repeats_are_bounded_by_what_it_left_when_its_ownership_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DESIGN's bound on repeats counts the records a pod called since it fetched the oldest
+    one it left uncommitted, judged when its ownership ended. The oracle's: it judged a zombie
+    (fenced, calling on until it learns it) by the committed offsets when it learnt it, by
+    then the next owner's, past every record the zombie had fetched, and bounded its repeats
+    by what it called since its own last commit instead (`sweep.py --seed 40926`: most of the
+    zombie's commits failed before its fence, and the next owner called its 15 records
+    again)."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(40926)
+    zombie = next(p for p in log.pods if p.fences)
+    fenced_at, noticed_at = zombie.fences[0]
+    assert noticed_at is not None
+    assert any(c.member != zombie.name and fenced_at < c.at <= noticed_at
+               for c in log.cluster.commits), "the next owner no longer commits before the "\
+        "zombie learns of its fence"
+    assert check(log) == []
