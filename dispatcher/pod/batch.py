@@ -46,7 +46,8 @@ FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is t
 
 
 class BatchEngine:
-    """Runs until `stop` is set; the batch in progress is finished and committed first."""
+    """Runs until `stop` is set; the batch in progress is finished and committed first (with
+    the ends of earlier batches whose commit failed: tried once more)."""
 
     def __init__(self, *, consumer: SourceConsumer, writer: AckedWrites,
                  counterparty: Counterparty, topics: TopicConfig, window: WindowConfig,
@@ -129,6 +130,9 @@ class BatchEngine:
             elapsed = monotonic_s() - started
             for _ in records:
                 self._metrics.record_duration.observe(elapsed)
+        if self._uncommitted:  # a commit that failed, not yet tried again: once more, or a
+            # clean stop leaves its batches to be called again (`sweep.py --seed 52670`)
+            await self._commit({})
 
     async def _read_past_unreadable(self, unreadable: list[tuple[TopicPartition, int, Exception]],
                                     error: Exception) -> Fetched:

@@ -14,7 +14,7 @@ from simkafka import ClientFaults, SimCluster, SimConsumer, WriteFaults
 from world import INPUT, Input, World, quiet, simulate, until
 
 from dispatcher.errors import FatalError, KafkaClientError
-from dispatcher.kafka.seam import TopicPartition
+from dispatcher.kafka.seam import Fetched, TopicPartition
 
 BATCH = {"mode": "batch", "concurrency": 4, "circuit_breaker": "off"}
 
@@ -166,4 +166,49 @@ def test_a_batch_commit_failing_over_a_rebalance_forgets_the_partitions_revoked(
     assert any(a.ok for a in log.cluster.commit_attempts
                if a.member == first.name and a.at > failed[0]), \
         "the pod never committed again after the commit that failed over the rebalance"
+    assert check(log) == []
+
+
+class _FetchFailsAfterAFailedCommit(SimConsumer):
+    """Its first commit fails (a coordinator moving), and the fetch after it fails too (a
+    leader moving): the batch loop waits before fetching again."""
+
+    def __init__(self, cluster: SimCluster, member: str, window: int) -> None:
+        super().__init__(cluster, member, window)
+        self.failing_commits = 1
+        self.fetch_fails = False
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        failing = self.failing_commits > 0
+        try:
+            await super().commit(offsets)
+        finally:
+            self.fetch_fails = failing
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        if self.fetch_fails:
+            self.fetch_fails = False
+            raise KafkaClientError("NotLeaderForPartitionError (injected fetch error)")
+        return await super().getmany(*partitions, timeout_ms=timeout_ms,
+                                     max_records=max_records)
+
+
+def test_a_stop_tries_once_more_the_commit_that_failed_before_it() -> None:
+    """A batch's commit fails, and the stop comes while the loop waits to fetch again (its
+    fetch failed too). The defect: the loop ended without trying that commit again, so a
+    clean stop left its last batch uncommitted and the next pod called it again
+    (`sweep.py --seed 52670`)."""
+    async def stop_after_a_failed_commit(world: World) -> None:
+        await until(lambda: any(not a.ok for a in world.cluster.commit_attempts))
+        await world.sigterm("a")
+        await world.start_pod("a")
+
+    log = simulate(quiet({**BATCH, "drain_grace": 2.0},
+                         inputs=[Input(b"k%d" % i, b"v%d" % i) for i in range(3)], records=3,
+                         handle=answer(lambda _v: 0.1), make_consumer=_FetchFailsAfterAFailedCommit,
+                         script=stop_after_a_failed_commit))
+    first = log.pods[0]
+    assert [a.ok for a in log.cluster.commit_attempts if a.member == first.name] == [False, True]
+    assert [c.pod for c in log.calls] == [first.name] * 3
     assert check(log) == []
