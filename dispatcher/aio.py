@@ -1,9 +1,15 @@
 """asyncio helpers for the pod and the flow policies: `DoneSignal`, a light set-once signal,
-one (or two) per record in the window."""
+one (or two) per record in the window, and `RECHECK_S`, how often a wait that may be given up
+looks whether it was."""
 
 from __future__ import annotations
 
 import asyncio
+
+# How often a waiter that may be given up (a stop, a revoke) looks whether it was: the waits of
+# a record prepared ahead for a call slot (whose line also looks whether an open circuit has
+# half-opened), a rate token and its lane's call turn all answer so.
+RECHECK_S = 0.5
 
 
 class DoneSignal:

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from dispatcher.aio import DoneSignal
+from dispatcher.aio import RECHECK_S, DoneSignal
 from dispatcher.errors import ConfigError
 
 RecordIdT = TypeVar("RecordIdT", bound=Hashable)
@@ -170,9 +170,6 @@ class OrderingGate(Generic[RecordIdT]):
 # to the pod is fetched again, maybe while an earlier generation's call of a record still runs
 # (its revoke gave up on it); the record's new admission queues behind that call in its lane.
 RecordId = tuple[str, int, int, int]
-
-
-RECHECK_S = 0.5  # a record waiting for its call turn looks this often whether it was given up
 
 
 class Turn:

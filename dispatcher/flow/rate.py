@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from dispatcher.aio import RECHECK_S
 from dispatcher.clock import Clock, monotonic_s
 from dispatcher.errors import ConfigError
 
@@ -113,9 +114,6 @@ class TokenBucket:
         if spare_s < 0:
             return 0
         return min(self.limit.burst, int(spare_s / self._interval_s) + 1)
-
-
-RECHECK_S = 0.5  # a waiter looks this often whether it was given up (a stop, a revoke)
 
 
 class RateGate:

@@ -17,10 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from dispatcher.aio import RECHECK_S
 from dispatcher.flow.breaker import Circuit
 from dispatcher.pod.metrics import DispatcherMetrics
-
-RECHECK_S = 0.5  # the line for a slot is looked at this often: an open circuit half-opens with time
 
 AHEAD_SHARE = 5  # records prepared ahead: a fifth of the window …
 AHEAD_MIN = 2  # … at least two (a small window's calls can end close together) …

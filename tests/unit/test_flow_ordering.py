@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.aio import RECHECK_S
 from dispatcher.errors import ConfigError
 from dispatcher.flow.ordering import (
-    RECHECK_S,
     OrderingGate,
     OrderingMode,
     Turn,
