@@ -121,8 +121,7 @@ class BatchEngine:
             # A partition revoked while its batch was called is the next owner's (or ours again,
             # from the committed offset, below this batch): committing this batch's end there
             # would move the committed offset back once the batch fetched again commits.
-            ends = {tp: end for tp, end in ends.items()
-                    if self._revokes.get(tp, 0) == owned.get(tp, 0)}
+            ends = self._not_revoked_since(owned, ends)
             for tp, end in ends.items():
                 self._positions.forget(partition_key(tp))
                 self._positions.starts_at(partition_key(tp), end)
@@ -192,6 +191,12 @@ class BatchEngine:
         finally:
             trace.end()
 
+    def _not_revoked_since(self, revokes: dict[TopicPartition, int],
+                           offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """`offsets` of the partitions not revoked since `revokes` (the revoke counts then)."""
+        return {tp: end for tp, end in offsets.items()
+                if self._revokes.get(tp, 0) == revokes.get(tp, 0)}
+
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit `offsets` with the ends of earlier batches whose commit failed. A commit
         that fails is tried again at the next poll while the partitions stay its own; lost
@@ -204,8 +209,7 @@ class BatchEngine:
             self._metrics.commits.labels("failed").inc()
             # Not a partition revoked while the commit was asked (the rebalance it failed
             # over): the revoke forgot it, and asking for it again would fail every commit.
-            self._uncommitted = {tp: end for tp, end in offsets.items()
-                                 if self._revokes.get(tp, 0) == owned.get(tp, 0)}
+            self._uncommitted = self._not_revoked_since(owned, offsets)
             log.warning("batch commit failed (tried again at the next poll; the batch is "
                         "redelivered if its partitions move first): %r", exc)
             return
