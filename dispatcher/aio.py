@@ -8,7 +8,8 @@ import asyncio
 
 # How often a waiter that may be given up (a stop, a revoke) looks whether it was: the waits of
 # a record prepared ahead for a call slot (whose line also looks whether an open circuit has
-# half-opened), a rate token and its lane's call turn all answer so.
+# half-opened), a rate token and its lane's call turn all answer so. A stop does not wait for
+# the look: it wakes them (`AtLeastOnceEngine._wake_the_left`).
 RECHECK_S = 0.5
 
 

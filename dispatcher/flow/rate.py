@@ -125,12 +125,27 @@ class RateGate:
         self._bucket = TokenBucket(limit, clock())
         self._turn = asyncio.Lock()
         self._in_line = 0  # waiters between asking for the turn and getting or leaving it
+        self._look: asyncio.Future[None] | None = None  # resolved by `look_now`
+
+    def look_now(self) -> None:
+        """Every waiter looks now whether it was given up, not at its next look: a stop wants
+        the records it leaves to hear so within a grace shorter than RECHECK_S."""
+        if self._look is not None:
+            self._look.set_result(None)
+            self._look = None
+
+    def _looked_at(self) -> asyncio.Future[None]:
+        """What a wait races against: resolved by the next `look_now`."""
+        if self._look is None:
+            self._look = asyncio.get_running_loop().create_future()
+        return self._look
 
     async def token(self, timeout_s: float | None = None,
                     given_up: Callable[[], bool] = lambda: False) -> bool:
         """Take a token; False (none taken) when `timeout_s` passes or `given_up()` turns true
-        first (looked at every RECHECK_S), in line behind other waiters as much as at the
-        head: a record whose wait record is due to be written again hears so on time."""
+        first (looked at every RECHECK_S, and at `look_now`), in line behind other waiters as
+        much as at the head: a record whose wait record is due to be written again hears so on
+        time."""
         give_up_at = None if timeout_s is None else self._clock() + timeout_s
         if not await self._my_turn(give_up_at, given_up):
             return False
@@ -143,7 +158,7 @@ class RateGate:
                     if left <= 0:
                         return False
                     wait_s = min(wait_s, left)
-                await asyncio.sleep(min(wait_s, RECHECK_S))
+                await asyncio.wait((self._looked_at(),), timeout=min(wait_s, RECHECK_S))
             return True
         finally:
             self._turn.release()
@@ -161,7 +176,8 @@ class RateGate:
                                                                 give_up_at - self._clock())
                 if left <= 0 or given_up():
                     break
-                await asyncio.wait((turn,), timeout=left)
+                await asyncio.wait((turn, self._looked_at()), timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             self._leave(turn)
             raise

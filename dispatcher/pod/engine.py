@@ -390,6 +390,18 @@ class AtLeastOnceEngine:
         log.info("partitions assigned: %s",
                  ", ".join(f"{tp.topic}/{tp.partition}" for tp in assigned) or "none")
 
+    def _wake_the_left(self) -> None:
+        """The records the stop leaves hear so now, not at their waits' next look (RECHECK_S),
+        so that each closes its wait record within a grace shorter than that: those waiting
+        for their lane's turn leave their lanes, as at a revoke; those in line for a call slot
+        or a rate token look whether they were given up."""
+        if self._turns is not None and self._left_above is not None:
+            for key, highest in self._left_above.items():
+                self._turns.revoke(key, from_offset=0 if highest is None else highest + 1)
+        self._held.calls.look_now()
+        if self._rate is not None:
+            self._rate.look_now()
+
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
         fatal error), cancel what is left, then commit. Cancelled first: a commit can hang
@@ -397,6 +409,7 @@ class AtLeastOnceEngine:
         not cover and the stop would then cut off."""
         self._left_above = {key: self._watermarks.highest_prepared(key)
                             for key in self._generation}
+        self._wake_the_left()
         with contextlib.suppress(KafkaClientError, AssertionError):
             self._consumer.pause(*self._consumer.assignment())
         if self._held.tasks and self._fatal is None:

@@ -107,8 +107,8 @@ class CallSlots:
     async def acquire(self, timeout_s: float | None = None,
                       cancelled: Callable[[], bool] = _never) -> bool:
         """Take a slot, after the records that asked before; False if `timeout_s` passed
-        first, or `cancelled()` turned true (looked at every RECHECK_S): the caller no longer
-        waits in line."""
+        first, or `cancelled()` turned true (looked at every RECHECK_S, and at `look_now`): the
+        caller no longer waits in line."""
         if self._waiting == 0 and self._can_start():
             self._running += 1
             return True
@@ -137,6 +137,13 @@ class CallSlots:
         """A call ended: its slot goes to the first record waiting, if any may start."""
         self._running -= 1
         self._hand_over()
+
+    def look_now(self) -> None:
+        """Look at the line now, not at its next look: a stop wants the records it leaves to
+        hear so within a grace shorter than RECHECK_S."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._look_again()
 
     def _can_start(self) -> bool:
         return self._running < self._size() and (

@@ -4,8 +4,9 @@ leaves the wait registry."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+import pytest
 from cases import answer
 from oracle import check
 from simkafka import SimConsumer
@@ -109,3 +110,43 @@ def test_a_stop_leaves_every_record_above_one_it_left() -> None:
     assert check(log) == []
     first = log.pods[0]
     assert sorted(c.offset for c in log.calls if c.pod == first.name) == [0]
+
+
+@pytest.mark.parametrize(("waits_for", "flags", "key_of"), [
+    ("a call slot", {"concurrency": 1}, lambda i: b"k%d" % i),
+    ("a rate token", {"concurrency": 3, "rate_limit": "1/min"}, lambda i: b"k%d" % i),
+    ("its lane's call turn", {"concurrency": 3, "ordering": "key", "rebalance_timeout": 10.0},
+     lambda _i: b"k"),
+])
+def test_a_stop_shorter_than_a_look_still_closes_the_waits_it_leaves(
+        waits_for: str, flags: dict[str, object], key_of: Callable[[int], bytes]) -> None:
+    """Records prepared ahead, waiting for a call slot, a rate token or their lane's call
+    turn when the stop comes, hear of it at once, not at their wait's next look (every
+    RECHECK_S): a grace shorter than that once cut them off with their wait records open, and
+    each then expired into the DLQ although it was never called here, while the next owner
+    called it too. Only the call the grace cut off expires (it was called)."""
+    expiration_s = 20.0
+
+    async def first_prepared_first(_world: World, _pod: str, topic: str,
+                                   record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.headers and record.value != b"v0":
+            await asyncio.sleep(0.05)  # the first record is called first: none is a hole
+
+    async def stop_then_wait_long(world: World) -> None:
+        await asyncio.sleep(1.0)
+        await world.sigterm("a")
+        await asyncio.sleep(expiration_s * 2)  # nobody owns the partition for a while
+
+    log = simulate(quiet({"deadline": 2.0, "wait_expiration": expiration_s,
+                          "drain_grace": 0.2, **flags},
+                         inputs=[Input(key_of(i), b"v%d" % i) for i in range(10)], records=10,
+                         before_write=first_prepared_first, handle=answer(lambda _v: 1.5),
+                         script=stop_then_wait_long, sweep_every_s=1.0))
+    first = log.pods[0]
+    called = {c.wait_id for c in log.calls if c.pod == first.name}
+    assert [c.offset for c in log.calls if c.pod == first.name] == [0]
+    prepared = {w.value for w in log.cluster.sent
+                if w.pod == first.name and w.topic.endswith(".wait") and w.headers}
+    assert b"v1" in prepared, f"no record waited prepared for {waits_for}"
+    assert {wait_id for wait_id, at in log.swept.items() if at < expiration_s * 2} == called
+    assert check(log) == []
