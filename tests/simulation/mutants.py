@@ -228,6 +228,13 @@ MUTANTS = [
            "now >= self._since + 1000 * self.config.open_s:",
            "An open circuit half-opens after `open` and probes the counterparty."),
     # --- the waits of a record prepared ahead (dispatcher/pod/lifecycle.py, flow/ordering.py) ---
+    Mutant("stop-leaves-waiters-asleep", "dispatcher/pod/engine.py",
+           "                            for key in self._generation}\n"
+           "        self._wake_the_left()\n",
+           "                            for key in self._generation}\n",
+           "A stop wakes the records it leaves waiting for a call slot, a rate token or their "
+           "lane's turn, so each closes its wait record within a grace shorter than their "
+           "waits' half-second look."),
     Mutant("slot-wait-without-refresh", "dispatcher/pod/lifecycle.py",
            "            written_at = self._monotonic()\n"
            "            prepare = await self._write_again(source, partition, "

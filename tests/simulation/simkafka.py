@@ -151,7 +151,9 @@ class SimCluster:
         self.assignments: list[Assignment] = []
         self.kicked: dict[str, float] = {}  # member → when the group kicked it
         self.fenced: dict[str, float] = {}  # member → when its session was lost (a fault)
-        self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []  # pod, topic, record
+        # pod, topic, record: writes a cut (a drain's end, a kill) cancelled before their
+        # acknowledgement, whether or not they landed
+        self.cancelled_writes: list[tuple[str, str, OutgoingRecord]] = []
         self.sent: list[Sent] = []  # every acknowledged write as its pod sent it
         self._steps = itertools.count()
         self.data_arrived = asyncio.Event()
@@ -598,7 +600,14 @@ class SimWriter:
         if chance(rng, faults.twice_rate):
             self._cluster.append(topic, partition, record, written_by=self._pod)
         if chance(rng, faults.late_ack_rate):
-            await asyncio.sleep(faults.late_ack_s)
-            if not self._alive():
-                await _forever()
+            await self._acknowledged_late(topic, record)
         return partition
+
+    async def _acknowledged_late(self, topic: str, record: OutgoingRecord) -> None:
+        try:
+            await asyncio.sleep(self._faults.late_ack_s)
+        except asyncio.CancelledError:  # landed, but cut off before it was acknowledged
+            self._cluster.cancelled_writes.append((self._pod, topic, record))
+            raise
+        if not self._alive():
+            await _forever()
