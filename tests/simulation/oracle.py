@@ -525,7 +525,9 @@ def fetched_in(log: RunLog, call: Call) -> int:
     fetched in. A batch fetched before a rebalance and called after it is not committed for
     its revoked partition (`batch.py`): the ownership it was fetched in, which a rebalance does
     not wait for, is the one it repeats (`sweep.py --seed 1260`: called just after the new
-    assignment, it was charged to that clean ownership)."""
+    assignment, it was charged to that clean ownership). The assignment holds the call's
+    partition: one of other partitions made in the same instant as the fetch came after it
+    (`sweep.py --seed 2722`)."""
     fetched = max((f.at for f in log.cluster.fetches
                    if f.member == call.pod and f.at <= call.started + EPSILON_S
                    and any((r.partition, r.offset) == (call.partition, call.offset)
@@ -533,7 +535,9 @@ def fetched_in(log: RunLog, call: Call) -> int:
     if fetched is None:
         return call.generation
     return max((a.generation for a in log.cluster.assignments
-                if a.member == call.pod and a.at <= fetched + EPSILON_S), default=call.generation)
+                if a.member == call.pod and a.at <= fetched + EPSILON_S
+                and any(p.partition == call.partition and p.topic == call.topic
+                        for p in a.partitions)), default=call.generation)
 
 
 def _oldest_left_fetched(log: RunLog, member: str, until: float, ended_at: float) -> float:

@@ -265,6 +265,23 @@ def test_a_stale_batchs_repeat_is_charged_to_the_ownership_it_was_fetched_in(
     assert check(log) == []
 
 
+def test_a_batch_is_charged_to_an_ownership_of_its_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ownership a batch was fetched in holds the batch's partition: a batch fetched in the
+    same instant as a rebalance that gave its partition to another member is the older
+    ownership's, even though the member's newer assignment (of other partitions) came at
+    that instant too. `sweep.py --seed 2722`: the oracle charged the next owner's repeat to
+    the newer ownership, which never held the partition and ended cleanly."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(2722)
+    assert log.settings.mode.value == "batch", "the seed no longer draws the batch baseline"
+    held = {(a.member, a.generation): {p.partition for p in a.partitions}
+            for a in log.cluster.assignments}
+    assert all(c.partition in held.get((c.pod, oracle.fetched_in(log, c)), {c.partition})
+               for c in log.calls), "a call is charged to an ownership without its partition"
+    assert check(log) == []
+
+
 def test_a_commit_answered_after_the_group_moved_on_is_refused() -> None:
     """A commit carries the generation it was sent in, and the group coordinator refuses it
     once a rebalance has moved the group on (IllegalGeneration), even for a partition the
