@@ -282,6 +282,23 @@ def test_a_batch_is_charged_to_an_ownership_of_its_partition(
     assert check(log) == []
 
 
+def test_a_wait_record_is_closed_by_the_tombstone_after_it_in_its_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One producer's writes to one partition land in the order they were sent, several in
+    one instant once a leader move ends: a call's tombstone from an earlier ownership, held
+    back by the move, lands with the next ownership's prepare of the same record, before it.
+    What closes that prepare is the withdrawal written after it. `sweep.py --seed 4877`: the
+    oracle, by time alone, took the earlier tombstone landing in the same instant for the
+    prepare's closing, a plain tombstone after its revoke."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(4877)
+    wait = [r for r in log.cluster.records(log.topics.wait_topic) if r.written_by != "sweep"]
+    same_instant = {(r.key, r.written_at) for r in wait if r.value is None} & {
+        (r.key, r.written_at) for r in wait if r.value is not None}
+    assert same_instant, "no tombstone lands in the same instant as a prepare of its record"
+    assert check(log) == []
+
+
 def test_a_commit_answered_after_the_group_moved_on_is_refused() -> None:
     """A commit carries the generation it was sent in, and the group coordinator refuses it
     once a rebalance has moved the group on (IllegalGeneration), even for a partition the
