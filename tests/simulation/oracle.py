@@ -434,8 +434,8 @@ def ownership_end(log: RunLog, pod: PodRun, generation: int) -> Ending:
 
 
 def _revoke_end(log: RunLog, pod: PodRun, revoke: RevokeEntry, at: float) -> Ending:
-    """An ownership a revoke ended: unclean when the revoke ran out its wait for holes, or
-    its commits failed until its budget was spent."""
+    """An ownership a revoke ended: unclean when the revoke ran out its wait for holes, its
+    commits failed until its budget was spent, or a stop cut it off."""
     settings = log.settings
     ended = log.end_s if revoke.ended is None else revoke.ended
     holes_s = settings.window().revoke_wait_s
@@ -449,6 +449,12 @@ def _revoke_end(log: RunLog, pod: PodRun, revoke: RevokeEntry, at: float) -> End
             and ended - revoke.started >= settings.window().revoke_wait_s
             - 2 * REVOKE_COMMIT_RETRY_S):
         return Ending(at, "its revoke's commits failed until its time was up", ended)
+    # A stop that came while the revoke still waited, and whose drain its grace cut off,
+    # ended the revoke before its commit (`sweep.py --seed 40981`).
+    if (pod.stop_asked_at is not None and pod.stop_asked_at <= ended + EPSILON_S
+            and _cut_off_by_grace(log, pod)):
+        return Ending(at, "its revoke cut off by a stop whose drain took its whole grace",
+                      _gone_at(log, pod))
     return Ending(at, None)
 
 
