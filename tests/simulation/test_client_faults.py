@@ -19,7 +19,7 @@ from world import INPUT, Input, World, quiet, simulate
 
 from dispatcher.errors import FatalError, KafkaClientError
 from dispatcher.kafka.seam import TopicPartition
-from dispatcher.wire import OutgoingRecord
+from dispatcher.wire import WRITER_GENERATION, OutgoingRecord
 
 
 def test_a_record_the_client_cannot_parse_in_a_new_groups_first_fetch_skips_nothing() -> None:
@@ -317,6 +317,26 @@ def test_a_revoke_a_stop_cuts_off_ends_its_ownership_uncleanly(
     assert cut, "no stop cuts a revoke off any more"
     for pod, revoke in cut:
         assert oracle.ownership_end(log, pod, revoke.generation).unclean is not None
+    assert check(log) == []
+
+
+def test_a_wait_record_is_closed_by_its_own_ownerships_tombstone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record called in one ownership runs on to its tombstone after its revoke; with slow
+    writes that tombstone may land after the same pod's prepare of the record fetched again
+    in its next ownership (the first one's commit did not cover it). It closes the call it
+    follows (its outcome is durable before it), not the later prepare, which its own
+    ownership's withdrawal closes. `sweep.py --seed 6034`: the oracle took the earlier
+    ownership's tombstone for the later prepare's, a plain tombstone after its revoke."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(6034)
+    wait = [(r, int(oracle._header(r, WRITER_GENERATION) or -1))
+            for r in log.cluster.records(log.topics.wait_topic) if r.written_by != "sweep"]
+    assert any(tombstone.value is None and prepare.value is not None
+               and tombstone.key == prepare.key and prepare.partition == tombstone.partition
+               and prepare.offset < tombstone.offset and later > earlier
+               for tombstone, earlier in wait for prepare, later in wait), (
+        "no earlier ownership's tombstone lands after a later one's prepare any more")
     assert check(log) == []
 
 
