@@ -212,3 +212,43 @@ def test_a_stop_tries_once_more_the_commit_that_failed_before_it() -> None:
     assert [a.ok for a in log.cluster.commit_attempts if a.member == first.name] == [False, True]
     assert [c.pod for c in log.calls] == [first.name] * 3
     assert check(log) == []
+
+
+class _RebalancesMidCarefulRead(SimConsumer):
+    """A rebalance of the group (the same pod keeps the partition) during the second of its
+    one-record reads past an unreadable record."""
+
+    careful_reads = 0
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int,
+                      max_records: int | None = None) -> Fetched:
+        if max_records == 1:
+            self.careful_reads += 1
+            if self.careful_reads == 3:
+                await self._cluster.rebalance([INPUT])
+        return await super().getmany(*partitions, timeout_ms=timeout_ms,
+                                     max_records=max_records)
+
+
+def test_a_rebalance_during_a_careful_read_leaves_the_records_read_before_it() -> None:
+    """The batch baseline reads one record at a time past a record the client cannot parse;
+    a rebalance during that read moves the client's position back to the committed offset,
+    and the read goes on from there. The defect: the batch kept the records read before the
+    rebalance as well as the same records read again after it, and called each of them twice
+    in one batch (three times over two rebalances: `sweep.py --seed 7694`). The records read
+    before a rebalance are the ended ownership's, which its revoke does not wait for; the
+    batch keeps what was read since."""
+    inputs = [Input(b"k", b"v%d" % i, unreadable=i == 4) for i in range(6)]
+    consumers: list[_RebalancesMidCarefulRead] = []
+
+    def consumer(cluster: SimCluster, member: str, max_poll: int) -> SimConsumer:
+        consumers.append(_RebalancesMidCarefulRead(cluster, member, max_poll))
+        return consumers[-1]
+
+    log = simulate(quiet({**BATCH, "concurrency": 8}, inputs=inputs, records=len(inputs),
+                         make_consumer=consumer))
+    assert consumers[0].careful_reads >= 3, "the careful read did not reach the rebalance"
+    assert len(log.cluster.assignments) >= 2, "no rebalance during the careful read"
+    called = [c.offset for c in log.calls]
+    assert sorted(called) == sorted(set(called)), f"called twice: {sorted(called)}"
+    assert check(log) == []
