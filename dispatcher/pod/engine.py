@@ -73,6 +73,11 @@ KEEP_IN_GROUP_S = 10.0
 REVOKE_COMMIT_RETRY_S = 0.2  # a failed revoke or final commit is tried again this often
 FINAL_COMMIT_TRIES = 5
 FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is tried again
+# After the drain's grace, how long the records it left uncalled may take to close their wait
+# records (one acknowledged tombstone each, written at once) before they are cancelled too.
+CLOSE_LEFT_S = 1.0
+_NOT_YET_CALLED = frozenset({RecordState.PREPARING, RecordState.AWAITING_TURN,
+                             RecordState.AWAITING_SLOT, RecordState.AWAITING_TOKEN})
 
 
 class AtLeastOnceEngine:
@@ -402,6 +407,20 @@ class AtLeastOnceEngine:
         if self._rate is not None:
             self._rate.look_now()
 
+    async def _close_the_holes_left(self) -> None:
+        """The grace is over: the holes still not called (below a record called, so called
+        within the grace, not left at the stop) are left too, and, woken, close their wait
+        records, within CLOSE_LEFT_S; cancelled with it, a hole's wait record stayed open and
+        expired into the DLQ although the next owner calls it. A call of theirs cannot start:
+        each looks whether it was left once handed a slot or a token."""
+        uncalled = [task for task, ticket in self._held.tasks.items()
+                    if ticket.state in _NOT_YET_CALLED]
+        if not uncalled or self._left_above is None:
+            return
+        self._left_above = dict.fromkeys(self._left_above, -1)  # every record is left now
+        self._wake_the_left()
+        await asyncio.wait(uncalled, timeout=CLOSE_LEFT_S)
+
     async def _drain(self) -> None:
         """Stop fetching, let in-flight records finish within the grace period (none after a
         fatal error), cancel what is left, then commit. Cancelled first: a commit can hang
@@ -416,5 +435,6 @@ class AtLeastOnceEngine:
             log.info("draining %d in-flight records (grace %.0f s)", len(self._held.tasks),
                      self._window.drain_grace_s)
             await asyncio.wait(list(self._held.tasks), timeout=self._window.drain_grace_s)
+            await self._close_the_holes_left()
         await cancel_left_over(self._held.tasks)
         await self._committer.commit()

@@ -10,13 +10,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from simkafka import SimCluster, SimConsumer, SimRecord
-from world import EPOCH_S, GROUP, INPUT, Call, Handle, Input, RunLog, World, quiet, simulate
+from world import (
+    EPOCH_S,
+    GROUP,
+    INPUT,
+    BeforeWrite,
+    Call,
+    Handle,
+    Input,
+    RunLog,
+    World,
+    quiet,
+    simulate,
+)
 
 from dispatcher.errors import KafkaClientError
 from dispatcher.handlers.record import Record, Retryable
 from dispatcher.kafka.seam import Fetched, TopicPartition
 from dispatcher.wire import (
     DlqEntry,
+    OutgoingRecord,
     SourceRecord,
     WaitEntry,
     parse_dlq_record,
@@ -213,3 +226,16 @@ def fetch_failing_mid_read(settings: dict[str, object]) -> tuple[RunLog, FetchFa
     log = simulate(quiet({**settings, "concurrency": 16}, inputs=inputs, records=len(inputs),
                          partitions=2, make_consumer=consumer))
     return log, consumers[0]
+
+
+def delayed_prepares(delays: dict[bytes, float]) -> BeforeWrite:
+    """Wait records written late for some values, by prefix: a broker slow for one partition
+    would hold them the same way."""
+    async def before_write(_world: World, _pod: str, topic: str,
+                           record: OutgoingRecord) -> None:
+        if topic.endswith(".wait") and record.value is not None:
+            for prefix, delay_s in delays.items():
+                if record.value.startswith(prefix):
+                    await asyncio.sleep(delay_s)
+
+    return before_write

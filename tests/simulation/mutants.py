@@ -228,13 +228,11 @@ MUTANTS = [
            "now >= self._since + 1000 * self.config.open_s:",
            "An open circuit half-opens after `open` and probes the counterparty."),
     # --- the waits of a record prepared ahead (dispatcher/pod/lifecycle.py, flow/ordering.py) ---
-    Mutant("stop-leaves-waiters-asleep", "dispatcher/pod/engine.py",
-           "                            for key in self._generation}\n"
-           "        self._wake_the_left()\n",
-           "                            for key in self._generation}\n",
-           "A stop wakes the records it leaves waiting for a call slot, a rate token or their "
-           "lane's turn, so each closes its wait record within a grace shorter than their "
-           "waits' half-second look."),
+    Mutant("stop-leaves-holes-open", "dispatcher/pod/engine.py",
+           "            await self._close_the_holes_left()\n", "",
+           "The holes a stop's grace leaves uncalled close their wait records before the stop "
+           "ends; cancelled with them, they expire into the DLQ while the next owner calls "
+           "them."),
     Mutant("slot-wait-without-refresh", "dispatcher/pod/lifecycle.py",
            "            written_at = self._monotonic()\n"
            "            prepare = await self._write_again(source, partition, "

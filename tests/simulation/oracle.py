@@ -873,10 +873,9 @@ def uncalled_waits_are_closed(log: RunLog) -> list[str]:
     written after it; once the pod's ownership was revoked, that tombstone is a withdrawal (it
     must not close the next owner's row). Only a pod that was killed or stopped fatally may
     leave one open, and one whose drain its grace cut off only one it could not close in
-    time: a hole below a record called (called within the grace, not left), or a record
-    whose prepare landed after the stop came or whose closing write the cut cancelled. A
-    stop wakes every record it leaves (DESIGN.md, "Stopping"), so one prepared before it
-    closes its wait record at once, however short the grace."""
+    time: a record whose prepare landed after the grace ran out, or whose closing write the
+    cut cancelled. A stop wakes every record it leaves (DESIGN.md, "Stopping"), so one
+    prepared before closes its wait record at once, however short the grace."""
     out = []
     by_pod = _pod_writes(log)
     calls = _calls(log)
@@ -884,7 +883,7 @@ def uncalled_waits_are_closed(log: RunLog) -> list[str]:
         writes = by_pod.get(pod.name)
         if writes is None or pod.killed_at is not None or pod.error is not None:
             continue
-        left = _left_by_a_cut_stop(log, pod, writes)
+        left = _left_by_a_cut_stop(log, pod)
         for wid, prepares in writes.prepares.items():
             last = prepares[-1]
             generation = _header(last, WRITER_GENERATION)
@@ -923,39 +922,24 @@ def _after_in_its_log(record: SimRecord, earlier: SimRecord) -> bool:
     return record.written_at >= earlier.written_at
 
 
-def _left_by_a_cut_stop(log: RunLog, pod: PodRun, writes: _PodWrites,
+def _left_by_a_cut_stop(log: RunLog, pod: PodRun,
                         ) -> Callable[[str, SimRecord, str | None], bool] | None:
     """For a pod whose drain its grace cut off, which of its uncalled wait records its stop
-    must have closed (None: not such a pod, all must be): one prepared before the stop came,
-    in an ownership no revoke ended, above the highest record of its partition that the pod
-    called or dead-lettered uncalled (the stop's mark, or above it: that is what it leaves),
-    and whose writes the cut did not cancel mid-way."""
+    must have closed (None: not such a pod, all must be): one whose prepare landed before the
+    grace ran out, in an ownership no revoke ended, and whose writes the cut did not cancel
+    mid-way. A stop wakes the records above its mark at once, and the holes below it once the
+    grace is over (DESIGN.md, "Stopping"): each closes its wait record then."""
     stop_at = pod.stop_asked_at
     if (stop_at is None or pod.stopped_at is None
             or pod.stopped_at - stop_at < log.settings.drain_grace - 0.01):
         return None
-    source = {_wait_id(record): (record.partition, record.offset) for record in _inputs(log)}
-    mark: dict[tuple[int, str | None], int] = {}  # (partition, generation): the highest
-    for call in log.calls:
-        if call.pod == pod.name:
-            key = (call.partition, str(call.generation))
-            mark[key] = max(mark.get(key, -1), call.offset)
-    uncalled_dlq: dict[int, int] = {}  # partition: the highest dead-lettered (any generation)
-    for wid in writes.outcomes:
-        if wid in source:
-            partition, offset = source[wid]
-            uncalled_dlq[partition] = max(uncalled_dlq.get(partition, -1), offset)
+    grace_ends = stop_at + log.settings.drain_grace
     cancelled = {_wait_id_of_write(topic, record)
                  for name, topic, record in log.cluster.cancelled_writes if name == pod.name}
     revoked = {str(r.generation) for r in log.cluster.revokes if r.member == pod.name}
 
     def must_close(wid: str, last: SimRecord, generation: str | None) -> bool:
-        if (last.written_at >= stop_at or wid in cancelled or generation in revoked
-                or wid not in source):
-            return False
-        partition, offset = source[wid]
-        return offset > max(mark.get((partition, generation), -1),
-                            uncalled_dlq.get(partition, -1))
+        return last.written_at < grace_ends and wid not in cancelled and generation not in revoked
 
     return must_close
 

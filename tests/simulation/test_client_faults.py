@@ -299,27 +299,6 @@ def test_a_wait_record_is_closed_by_the_tombstone_after_it_in_its_partition(
     assert check(log) == []
 
 
-def test_a_revoke_a_stop_cuts_off_ends_its_ownership_uncleanly(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stop that comes while a revoke still waits, and whose drain its grace then cuts off,
-    ends the revoke before its commit: what the ownership called since its last commit is
-    called again, and its tombstones in flight are cut off, as for any drain its grace cuts
-    off. `sweep.py --seed 40981` (a worker stopped by its supervisor after its sibling's
-    fatal error, with a grace of 0.3 s): the oracle judged the ownership by its revoke alone,
-    which had not run out its wait, and called it clean."""
-    monkeypatch.setattr(world, "ALL_FAULTS", True)
-    log = simulate(40981)
-    cut = [(pod, revoke) for pod in log.pods for revoke in log.cluster.revokes
-           if revoke.member == pod.name and pod.stop_asked_at is not None
-           and revoke.started < pod.stop_asked_at
-           <= (log.end_s if revoke.ended is None else revoke.ended)
-           and pod.error is None and oracle._cut_off_by_grace(log, pod)]
-    assert cut, "no stop cuts a revoke off any more"
-    for pod, revoke in cut:
-        assert oracle.ownership_end(log, pod, revoke.generation).unclean is not None
-    assert check(log) == []
-
-
 def test_a_wait_record_is_closed_by_its_own_ownerships_tombstone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A record called in one ownership runs on to its tombstone after its revoke; with slow

@@ -16,10 +16,18 @@ import zlib
 from collections import Counter
 
 import looptime
-from cases import answer, by_value, calls_per_record, committed_to_end, inputs, open_calls
+from cases import (
+    answer,
+    by_value,
+    calls_per_record,
+    committed_to_end,
+    delayed_prepares,
+    inputs,
+    open_calls,
+)
 from oracle import check
 from simkafka import SimCluster, SimConsumer, SimRecord
-from world import INPUT, BeforeWrite, Call, Input, RunLog, World, quiet, simulate, until
+from world import INPUT, Call, Input, RunLog, World, quiet, simulate, until
 
 from dispatcher.kafka.seam import TopicPartition
 from dispatcher.wire import WITHDRAWN, OutgoingRecord
@@ -27,19 +35,6 @@ from dispatcher.wire import WITHDRAWN, OutgoingRecord
 # the pod's defaults: deadline 60 s, rebalance timeout twice it plus 30 s, expiration 1 h
 DEFAULTS = {"deadline": 60.0, "rebalance_timeout": 150.0, "wait_expiration": 3600.0}
 HANG_S = 12.0  # the calls that hold the window (or the key's lane) while the second pod joins
-
-
-def delayed_prepares(delays: dict[bytes, float]) -> BeforeWrite:
-    """Wait records written late for some values, by prefix: a broker slow for one partition
-    would hold them the same way."""
-    async def before_write(_world: World, _pod: str, topic: str,
-                           record: OutgoingRecord) -> None:
-        if topic.endswith(".wait") and record.value is not None:
-            for prefix, delay_s in delays.items():
-                if record.value.startswith(prefix):
-                    await asyncio.sleep(delay_s)
-
-    return before_write
 
 
 def header(record: SimRecord, name: str) -> bytes | None:

@@ -51,6 +51,7 @@ from dispatcher.handlers.http_config import HttpHandlerConfig, load_http_config
 from dispatcher.kafka.clients import CLOSE_TIMEOUT_S
 from dispatcher.kafka.config import KafkaClientSettings
 from dispatcher.paths import CACHE_DIR_ENV, STATE_DIR_ENV
+from dispatcher.pod.engine import CLOSE_LEFT_S
 from dispatcher.pod.settings import DispatchSettings, load_settings
 from dispatcher.tracing import exporters_asked
 
@@ -922,10 +923,11 @@ def test_the_console_traces_with_the_pods_settings() -> None:
 
 
 def test_the_pods_exit_flush_of_spans_fits_in_its_shutdown_margin() -> None:
-    """After the final commit the pod has shutdownMarginSeconds to exit; the spans it still
-    holds get tracing.EXIT_FLUSH_S of it, however slow the collector."""
+    """After the drain's grace the pod has shutdownMarginSeconds to close the wait records of
+    the holes it left (engine.CLOSE_LEFT_S), commit and exit; the spans it still holds get
+    tracing.EXIT_FLUSH_S of it, however slow the collector."""
     given = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert given["dispatcher"]["shutdownMarginSeconds"] > tracing.EXIT_FLUSH_S
+    assert given["dispatcher"]["shutdownMarginSeconds"] > tracing.EXIT_FLUSH_S + CLOSE_LEFT_S
     assert given["tracing"]["sampler"].endswith("traceidratio"), "a ratio by default"
     assert 0 < float(given["tracing"]["samplerArg"]) < 1
 
