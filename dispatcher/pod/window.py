@@ -76,6 +76,10 @@ def _never() -> bool:
     return False
 
 
+def _none_at_all() -> int:
+    return 0
+
+
 class CallSlots:
     """At most `size()` calls at once (the window, fixed or adaptive), and only while
     `admits(calls_running)` (the circuit breaker; None: always).
@@ -137,6 +141,11 @@ class CallSlots:
         """A call ended: its slot goes to the first record waiting, if any may start."""
         self._running -= 1
         self._hand_over()
+
+    def close(self) -> None:
+        """Hand out no slot any more (the drain's grace is over: no call may start); the
+        records in line wait until they give up."""
+        self._size = _none_at_all
 
     def look_now(self) -> None:
         """Look at the line now, not at its next look: a stop wants the records it leaves to

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 
 import pytest
+import world
 from cases import answer, by_value, delayed_prepares, open_calls
 from oracle import check, ownership_end
 from simkafka import SimConsumer
@@ -229,3 +230,20 @@ def test_a_stop_that_cuts_a_revoke_off_ends_its_ownership_uncleanly() -> None:
     assert ownership_end(log, first, revoke.generation).unclean is not None
     assert check(log) == []
 
+
+
+def test_no_call_starts_while_the_holes_left_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the grace the holes left close their wait records before the stop cancels what
+    still runs; meanwhile no call may start. `sweep.py --seed 9869`: a circuit probe whose
+    call timed out went back to the line (a stop does not leave it: it was called), was handed
+    a slot in that second, and was called again after the grace, a call the drain's commit
+    could not cover. The call slots now close when the grace is over."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(9869)
+    first = log.pods[0]
+    assert first.stop_asked_at is not None and first.stopped_at is not None
+    assert first.stopped_at - first.stop_asked_at > log.settings.drain_grace, (
+        "the drain did not run out its grace")
+    returned = first.metrics.probes_returned.collect()[0].samples[0].value
+    assert returned > 0, "no circuit probe went back to the line"
+    assert check(log) == []
