@@ -554,13 +554,22 @@ def _oldest_left_fetched(log: RunLog, member: str, until: float, ended_at: float
     partition's committed offset then, counting the commits of other members only until its
     ownership ended at `ended_at`: a zombie learns of its fence after the next owner has
     committed past what it left, `sweep.py --seed 40926`): the records it called above it
-    since may all be called again. Its last commit when it fetched none of them."""
+    since may all be called again. Its last commit when it fetched none of them. A record the
+    client cannot parse is never fetched, only read past (its reference DLQ record, slow to be
+    acknowledged, holds the commit at it: `sweep.py --seed 33149`): for one at the committed
+    offset, the first fetch of a record after it counts."""
     committed: dict[tuple[str, int], int] = {}
     for entry in log.cluster.commits:
         if entry.at <= until and (entry.member == member or entry.at <= ended_at):
             committed[(entry.partition.topic, entry.partition.partition)] = entry.offset
+
+    def left(record: SimRecord) -> bool:
+        at = committed.get((record.topic, record.partition), 0)
+        return record.offset == at or (
+            record.offset > at and (record.topic, record.partition, at) in log.cluster.unreadable)
+
     fetched = [f.at for f in log.cluster.fetches if f.member == member and f.at <= until
-               and any(committed.get((r.topic, r.partition), 0) == r.offset for r in f.records)]
+               and any(left(r) for r in f.records)]
     last_commit = max((c.at for c in log.cluster.commits if c.member == member and c.at <= until),
                       default=0.0)
     return min([*fetched, last_commit])
