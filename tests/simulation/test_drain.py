@@ -11,7 +11,7 @@ import world
 from cases import answer, by_value, delayed_prepares, open_calls
 from oracle import check, ownership_end
 from simkafka import SimConsumer
-from world import Input, RunLog, World, quiet, simulate, until
+from world import Input, RunLog, Script, World, quiet, simulate, until
 
 from dispatcher.kafka.seam import TopicPartition
 from dispatcher.wire import OutgoingRecord
@@ -24,15 +24,10 @@ def test_records_prepared_ahead_at_a_stop_are_left_uncalled_and_their_waits_clos
     they had been tried."""
     expiration_s = 20.0
 
-    async def stop_then_wait_long(world: World) -> None:
-        await asyncio.sleep(1.0)
-        await world.sigterm("a")
-        await asyncio.sleep(expiration_s * 2)  # nobody owns the partition for a while
-
     log = simulate(quiet({"concurrency": 1, "deadline": 2.0, "wait_expiration": expiration_s,
                           "drain_grace": 30.0},
                          records=10, handle=answer(lambda _v: 0.4),
-                         script=stop_then_wait_long, sweep_every_s=1.0))
+                         script=_stop_a_then_wait(1.0, expiration_s * 2), sweep_every_s=1.0))
     first = log.pods[0]
     stopped_at = first.stopped_at or 0.0
     assert all(c.started < 1.0 for c in log.calls if c.pod == first.name)
@@ -133,16 +128,12 @@ def test_a_stop_shorter_than_a_look_still_closes_the_waits_it_leaves(
         if topic.endswith(".wait") and record.headers and record.value != b"v0":
             await asyncio.sleep(0.05)  # the first record is called first: none is a hole
 
-    async def stop_then_wait_long(world: World) -> None:
-        await asyncio.sleep(1.2)  # just after a look: the next comes after the grace
-        await world.sigterm("a")
-        await asyncio.sleep(expiration_s * 2)  # nobody owns the partition for a while
-
     log = simulate(quiet({"deadline": 2.0, "wait_expiration": expiration_s,
                           "drain_grace": 0.2, **flags},
                          inputs=[Input(key_of(i), b"v%d" % i) for i in range(10)], records=10,
                          before_write=first_prepared_first, handle=answer(lambda _v: 1.5),
-                         script=stop_then_wait_long, sweep_every_s=1.0))
+                         # stopped just after a look: the next comes after the grace
+                         script=_stop_a_then_wait(1.2, expiration_s * 2), sweep_every_s=1.0))
     first = log.pods[0]
     called = {c.wait_id for c in log.calls if c.pod == first.name}
     assert [c.offset for c in log.calls if c.pod == first.name] == [0]
@@ -172,16 +163,11 @@ def test_a_hole_the_grace_leaves_uncalled_closes_its_wait_record() -> None:
         if topic.endswith(".wait") and record.headers and record.value == b"v0":
             await asyncio.sleep(0.1)  # the records above it are called first: it is a hole
 
-    async def stop_then_wait_long(world: World) -> None:
-        await asyncio.sleep(0.5)
-        await world.sigterm("a")
-        await asyncio.sleep(expiration_s * 2)  # nobody owns the partition for a while
-
     log = simulate(quiet({"concurrency": 2, "deadline": 2.0, "wait_expiration": expiration_s,
                           "drain_grace": 0.2},
                          inputs=[Input(b"k%d" % i, b"v%d" % i) for i in range(4)], records=4,
                          before_write=first_prepared_last, handle=answer(lambda _v: 1.5),
-                         script=stop_then_wait_long, sweep_every_s=1.0))
+                         script=_stop_a_then_wait(0.5, expiration_s * 2), sweep_every_s=1.0))
     first = log.pods[0]
     called = {c.wait_id for c in log.calls if c.pod == first.name}
     offsets = sorted(c.offset for c in log.calls if c.pod == first.name)
@@ -247,3 +233,14 @@ def test_no_call_starts_while_the_holes_left_close(monkeypatch: pytest.MonkeyPat
     returned = first.metrics.probes_returned.collect()[0].samples[0].value
     assert returned > 0, "no circuit probe went back to the line"
     assert check(log) == []
+
+
+def _stop_a_then_wait(stop_at_s: float, away_s: float) -> Script:
+    """A script: pod a stopped at `stop_at_s`, and no pod for `away_s` after it (longer than
+    an expiration: what a stop leaves open, the sweep then expires)."""
+    async def script(world: World) -> None:
+        await asyncio.sleep(stop_at_s)
+        await world.sigterm("a")
+        await asyncio.sleep(away_s)
+
+    return script
