@@ -247,9 +247,9 @@ class AtLeastOnceEngine:
         self._next_partition += 1
         self._polled_at = self._monotonic()
         held = None if self._turns is None else self._not_called  # --ordering: fewest first
-        for tp, records in (await fetch_fairly(self._consumer, free, self._next_partition,
-                                               POLL_TIMEOUT_MS, held)).items():
-            self._start_all(partition_key(tp), records)
+        await fetch_fairly(self._consumer, free, self._next_partition, POLL_TIMEOUT_MS,
+                           start=lambda tp, records: self._start_all(partition_key(tp), records),
+                           held=held)
 
     def _not_called(self, tp: TopicPartition) -> int:
         """Records of `tp` in the window whose call has not started (waiting for a turn, a

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 
 from dispatcher.errors import KafkaClientError, UnreadableRecordError
-from dispatcher.kafka.seam import Fetched, FetchedRecord, SourceConsumer, TopicPartition
+from dispatcher.kafka.seam import FetchedRecord, SourceConsumer, TopicPartition
 from dispatcher.pod.watermark import PartitionWatermarks, partition_key
 from dispatcher.wire import Failure, SourceRecord
 
@@ -98,9 +98,14 @@ async def read_carefully(consumer: SourceConsumer, tp: TopicPartition, limit: in
     return read, None
 
 
-async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int, timeout_ms: int,
-                       held: Callable[[TopicPartition], int] | None = None) -> Fetched:
-    """Up to `free` records, shared across the assigned partitions in turn.
+async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int, timeout_ms: int, *,
+                       start: Callable[[TopicPartition, Sequence[FetchedRecord]], None],
+                       held: Callable[[TopicPartition], int] | None = None) -> None:
+    """Up to `free` records, shared across the assigned partitions in turn, each fetch's
+    handed to `start` before the next await: a revoke can begin between two `getmany` calls,
+    and must see what was fetched before it (`sweep.py --seed 29317`: gathered and started
+    after it, those records were called after the revoke's commit, and again by the next
+    owner).
 
     aiokafka's `getmany` drains one partition's fetched buffer (up to max_partition_fetch_bytes
     of records) before another's, so a backlog in one partition would hold back the others.
@@ -120,10 +125,12 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int, timeout_m
     waits only for a call slot, and turns alone are fair."""
     partitions = sorted(consumer.assignment(), key=partition_key)
     if len(partitions) <= 1:
-        return await consumer.getmany(timeout_ms=timeout_ms, max_records=free)
+        for part, records in (await consumer.getmany(timeout_ms=timeout_ms,
+                                                     max_records=free)).items():
+            start(part, records)
+        return
     first = turn % len(partitions)
     share = max(-(-free // len(partitions)), LEAST_SHARE)
-    batch: dict[TopicPartition, list[FetchedRecord]] = {}
     left = free
     try:
         in_turn = partitions[first:] + partitions[:first]
@@ -132,18 +139,17 @@ async def fetch_fairly(consumer: SourceConsumer, free: int, turn: int, timeout_m
                 break
             for part, records in (await consumer.getmany(tp, timeout_ms=0,
                                                  max_records=min(share, left))).items():
-                batch[part] = list(records)
+                start(part, records)
                 left -= len(records)
         if left > 0:
-            rest = await consumer.getmany(timeout_ms=0 if batch else timeout_ms,
+            rest = await consumer.getmany(timeout_ms=0 if left < free else timeout_ms,
                                           max_records=left)
             for part, records in rest.items():
-                batch[part] = [*batch.get(part, []), *records]
+                start(part, records)
     except (KafkaClientError, UnreadableRecordError):
-        if not batch:
+        if left == free:
             raise
-        # What was fetched is consumed: it is started; the error shows again next poll.
-    return batch
+        # What was fetched is consumed, and started; the error shows again next poll.
 
 
 async def cancel_left_over(tasks: Collection[asyncio.Task[None]]) -> None:

@@ -202,10 +202,6 @@ MUTANTS = [
            "        return committed",
            "A record the client cannot parse is found from where the partition started: the "
            "records before it in a new group's first fetch are not skipped."),
-    Mutant("fetch-error-loses-batch", "dispatcher/pod/fetching.py",
-           "        if not batch:\n            raise",
-           "        raise",
-           "A fetch failing on one partition loses nothing already fetched from the others."),
     # --- flow policies ---
     Mutant("ordering-off", "dispatcher/flow/ordering.py",
            "            return _NO_LANE if key is None else (partition, key)",
