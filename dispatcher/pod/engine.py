@@ -248,8 +248,7 @@ class AtLeastOnceEngine:
         self._polled_at = self._monotonic()
         held = None if self._turns is None else self._not_called  # --ordering: fewest first
         await fetch_fairly(self._consumer, free, self._next_partition, POLL_TIMEOUT_MS,
-                           start=lambda tp, records: self._start_all(partition_key(tp), records),
-                           held=held)
+                           start=self._start_fetched, held=held)
 
     def _not_called(self, tp: TopicPartition) -> int:
         """Records of `tp` in the window whose call has not started (waiting for a turn, a
@@ -265,9 +264,11 @@ class AtLeastOnceEngine:
         not dropped: the window overshoots by at most one poll's worth, once per rebalance."""
         self._polled_at = self._monotonic()
         self._consumer.pause(*self._consumer.assignment())
-        batch = await self._consumer.getmany(timeout_ms=0)
-        for tp, records in batch.items():
-            self._start_all(partition_key(tp), records)
+        for tp, records in (await self._consumer.getmany(timeout_ms=0)).items():
+            self._start_fetched(tp, records)
+
+    def _start_fetched(self, tp: TopicPartition, records: Sequence[FetchedRecord]) -> None:
+        self._start_all(partition_key(tp), records)
 
     def _start_all(self, key: TopicPartitionKey, records: Sequence[FetchedRecord]) -> None:
         if records and self._watermarks.went_back(key, records[0].offset):
@@ -416,10 +417,10 @@ class AtLeastOnceEngine:
         a stop does not leave, was called again after the grace)."""
         uncalled = [task for task, ticket in self._held.tasks.items()
                     if ticket.state in _NOT_YET_CALLED]
-        if not uncalled or self._left_above is None:
+        if not uncalled:
             return
         self._held.calls.close()  # nor may a circuit probe sent back to the line start again
-        self._left_above = dict.fromkeys(self._left_above, -1)  # every record is left now
+        self._left_above = dict.fromkeys(self._generation, -1)  # every record is left now
         self._wake_the_left()
         await asyncio.wait(uncalled, timeout=CLOSE_LEFT_S)
 
