@@ -1067,8 +1067,8 @@ def _held_intervals(log: RunLog, pod: PodRun, writes: _PodWrites, calls: dict[st
         prepares = writes.prepares.get(wid, [])
         waiting_until = -1.0
         for prepare in prepares:  # waiting for its call (rewrites continue the same wait)
-            if prepare.written_at < waiting_until:
-                continue
+            if prepare.written_at < waiting_until or prepare.cut_at is not None:
+                continue  # (cut off by its pod: no task waits for it once it lands)
             ends = [t for t in (bisect_first(own, prepare.written_at),
                                 _first_after(tombs, prepare.written_at), gone) if t is not None]
             waiting_until = min(ends)

@@ -43,6 +43,9 @@ class SimRecord:
     timestamp: int
     written_by: str = ""
     written_at: float = 0.0
+    # A write its live pod cut off then (a drain's end) that the broker appended all the same
+    # (`WriteFaults.lands_after_cut`): no task of the pod waits for it any more.
+    cut_at: float | None = None
 
 
 @dataclass
@@ -179,10 +182,11 @@ class SimCluster:
         return [TopicPartition(topic, p) for p in range(len(self.logs[topic]))]
 
     def append(self, topic: str, partition: int, written: OutgoingRecord,
-               written_by: str = "") -> SimRecord:
+               written_by: str = "", cut_at: float | None = None) -> SimRecord:
         log = self.logs[topic][partition]
         record = SimRecord(topic, partition, len(log), written.key, written.value,
-                           tuple(written.headers), int(self.now * 1000), written_by, self.now)
+                           tuple(written.headers), int(self.now * 1000), written_by, self.now,
+                           cut_at)
         log.append(record)
         self.data_arrived.set()
         return record
@@ -510,6 +514,10 @@ class WriteFaults:
     late_ack_rate: float = 0.0  # a write lands, and its acknowledgement comes `late_ack_s` later
     late_ack_s: float = 0.5
     lands_after_kill: float = 0.0  # chance a write in flight at kill -9 still lands
+    # Chance a write a live pod cut off (a drain's end cancels what still runs) still lands,
+    # when it would have: aiokafka's producer sends what it holds, and stops only once sent
+    # (the pod closes it after leaving its group), so it can land after the next owner's writes.
+    lands_after_cut: float = 0.0
     # Leader moves: (start, seconds, partition): writes to that partition of any topic wait
     # for the new leader, while the other partitions' are acknowledged (reordered across them).
     leader_moves: tuple[tuple[float, float, int], ...] = ()
@@ -577,10 +585,12 @@ class SimWriter:
         try:
             await asyncio.sleep(lands_at - self._cluster.now)
         except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
-            if not self._alive() and chance(rng, faults.lands_after_kill):
-                # kill -9 with the write already sent: the broker appends it all the same
+            alive = self._alive()
+            if chance(rng, faults.lands_after_cut if alive else faults.lands_after_kill):
+                # sent already: the broker appends it all the same
                 asyncio.get_running_loop().call_at(
-                    lands_at, self._cluster.append, topic, partition, record, self._pod)
+                    lands_at, self._cluster.append, topic, partition, record, self._pod,
+                    self._cluster.now if alive else None)
             else:
                 self._cluster.cancelled_writes.append((self._pod, topic, record))
             raise

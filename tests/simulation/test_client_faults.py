@@ -186,6 +186,39 @@ def test_a_write_the_killed_pod_starts_after_the_kill_never_lands() -> None:
         loop.close()
 
 
+@pytest.mark.parametrize("lands", [0.0, 1.0])
+def test_a_write_a_live_pod_cuts_off_lands_when_it_would_have_if_drawn(lands: float) -> None:
+    """`lands_after_cut`: a write whose acknowledgement a live pod stops waiting for (a drain's
+    end cancels it) was sent: aiokafka's producer still delivers it as it closes, so it lands
+    when it would have, marked with the moment of the cut; without the fault it never lands
+    and counts as cancelled."""
+    async def scenario() -> tuple[list[SimRecord], list[tuple[str, str, OutgoingRecord]]]:
+        cluster = SimCluster(random.Random(0), "g", rebalance_timeout_s=5.0)
+        cluster.create_topic("g.wait", 1)
+        writer = SimWriter(cluster, "a#1", WriteFaults(latency_s=(2.0, 2.0),
+                                                       lands_after_cut=lands),
+                           alive=lambda: True)
+        write = asyncio.create_task(writer.write("g.wait", OutgoingRecord(b"k", b"v", ())))
+        await asyncio.sleep(0.5)
+        write.cancel()  # the drain's end
+        with contextlib.suppress(asyncio.CancelledError):
+            await write
+        await asyncio.sleep(5.0)
+        return cluster.records("g.wait"), cluster.cancelled_writes
+
+    loop = looptime.new_event_loop(noop_cycles=0)
+    try:
+        landed, cancelled = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    if lands:
+        assert [(r.value, r.written_at, r.cut_at) for r in landed] == [(b"v", 2.0, 0.5)]
+        assert cancelled == []
+    else:
+        assert landed == []
+        assert [record.value for _, _, record in cancelled] == [b"v"]
+
+
 def test_a_prepare_landing_after_its_pods_kill_may_reopen_a_closed_row_to_expire(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """DESIGN.md's "what is left" of late prepares: a pod killed before the withdrawal of its

@@ -277,7 +277,16 @@ def _draw_with_faults(seed: int) -> Scenario:
     _draw_stalls(seed, run_s, scenario)
     _draw_stop_while_commits_fail(seed, run_s, scenario)
     _draw_holds_past_refresh(seed, run_s, scenario)
+    _draw_cut_writes_land(seed, scenario)
     return scenario
+
+
+def _draw_cut_writes_land(seed: int, scenario: Scenario) -> None:
+    """Writes a drain cut off that still land, when they would have, after the stopping pod
+    left its group (`WriteFaults.lands_after_cut`). Drawn from a stream of its own, like the
+    stalls; a seed that cuts no write off keeps its course."""
+    rng = random.Random(f"cut-writes/{seed}")
+    scenario.write_faults.lands_after_cut = rng.choice([0.0, 0.5, 1.0])
 
 
 def _draw_stop_while_commits_fail(seed: int, run_s: float, scenario: Scenario) -> None:
