@@ -180,13 +180,15 @@ class RecordPath:
             called = await self._take_call_slot(source, prepare, prepared_at, wait_partition,
                                                 ticket, turn=turn)
             if called is None:  # revoked or stopping while it waited: uncommitted, the next
-                # owner calls it
-                if ticket.abandoned:  # a rewrite may have landed late (as in `_prepare`)
+                # owner calls it. Its wait record is closed (after a stop too, so that a next
+                # owner later than its expiration does not find it expired as if it was tried)
+                # by a withdrawal: a revoke stopped waiting for it, and a stop's drain may cut
+                # it off while the producer still sends it, so it can land after the next
+                # owner's prepare, whose row a plain tombstone would close (DESIGN.md,
+                # "Stopping").
+                if ticket.owner_generation is not None:
                     await self._withdraw(prepare, wait_partition, ticket)
-                else:
-                    # A stop, while this pod still owns the partition: close the wait record (no
-                    # other owner can have written one yet), so a next owner that comes later than
-                    # its expiration does not find it expired as if it was tried.
+                elif not ticket.abandoned:  # a writer that does not know its generation
                     await self._writer.write(self._topics.wait_topic, tombstone_of(prepare),
                                              wait_partition)
                 return
@@ -412,10 +414,11 @@ class RecordPath:
     async def _withdraw(self, prepare: OutgoingRecord, partition: int,
                         ticket: RecordTicket) -> None:
         """Close the wait records this pod wrote for a record it leaves to the partition's next
-        owner. Its revoke stopped waiting for them, so one may land after the next owner's
+        owner. A revoke stopped waiting for them, or a stop's drain may cut this close off while
+        the producer still sends it, so one may land after the next owner's prepare or
         tombstone; a plain tombstone could instead close the next owner's wait record while its
         call runs. A withdrawal closes only a row of this pod's generation, and follows every
-        write of ours in the partition (DESIGN.md, "Rebalances")."""
+        write of ours in the partition (DESIGN.md, "Rebalances", "Stopping")."""
         if ticket.owner_generation is not None:
             await self._writer.write(self._topics.wait_topic, withdrawal_of(prepare), partition)
 

@@ -70,9 +70,12 @@ MUTANTS = [
            "A record left to the next owner is closed only by a withdrawal, never by a plain "
            "tombstone that could close the next owner's row."),
     Mutant("no-tombstone-at-stop", "dispatcher/pod/lifecycle.py",
-           "                    await self._writer.write(self._topics.wait_topic, "
-           "tombstone_of(prepare),\n                                             wait_partition)\n",
-           "                    pass\n",
+           "                if ticket.owner_generation is not None:\n"
+           "                    await self._withdraw(prepare, wait_partition, ticket)\n"
+           "                elif not ticket.abandoned:",
+           "                if ticket.abandoned:\n"
+           "                    await self._withdraw(prepare, wait_partition, ticket)\n"
+           "                elif False:",
            "A stop closes the wait record of a record it leaves uncalled."),
     Mutant("called-after-revoke", "dispatcher/pod/lifecycle.py",
            "            return ticket.abandoned or self._partitions.left_at_stop(source)",

@@ -235,6 +235,53 @@ def test_no_call_starts_while_the_holes_left_close(monkeypatch: pytest.MonkeyPat
     assert check(log) == []
 
 
+def test_a_stops_close_of_a_record_it_leaves_never_closes_the_next_owners_wait() -> None:
+    """A stop closes the wait record of a record it leaves uncalled. If that close is slow,
+    the drain cuts it off, but the producer had sent it: it lands later, after the next
+    owner's prepare of the record. A plain tombstone then closed the next owner's row while
+    its call ran; the next owner, killed mid-call with the record committed, left it with no
+    outcome and no wait record to expire: lost. The close is a withdrawal now, which closes
+    only a row of its own generation (DESIGN.md, "Stopping")."""
+    landed_late: list[float] = []
+
+    async def slow_close_of_v1(world: World, pod: str, topic: str,
+                               record: OutgoingRecord) -> None:
+        if (pod.startswith("a") and topic.endswith(".wait") and record.value is None
+                and record.key == by_value(world.log)[b"v1"].encode()):
+            # sent now; the broker appends it 3 s later, its acknowledgement after the cut
+            asyncio.get_running_loop().call_later(3.0, lambda: (
+                landed_late.append(world.now),
+                world.cluster.append(topic, 0, record, written_by=pod)))
+            await asyncio.sleep(10.0)
+
+    async def stop_a_then_kill_b_mid_call(world: World) -> None:
+        v1 = by_value(world.log)[b"v1"]
+        await until(lambda: any(c.offset == 0 for c in world.log.calls))
+        await asyncio.sleep(0.3)  # v1 waits prepared for the one call slot
+        await world.sigterm("a")
+        await world.start_pod("b")
+        await until(lambda: bool(landed_late)
+                    and any(c.wait_id == v1 and c.pod.startswith("b") for c in world.log.calls))
+        await asyncio.sleep(1.0)  # b's commit passes v1
+        await world.kill("b")
+
+    log = simulate(quiet({"concurrency": 1, "deadline": 20.0, "drain_grace": 0.2,
+                          "wait_expiration": 25.0, "commit_interval": 0.2},
+                         inputs=[Input(b"k0", b"v0"), Input(b"k1", b"v1")], records=2,
+                         before_write=slow_close_of_v1, script=stop_a_then_kill_b_mid_call,
+                         handle=answer(lambda v: 1.5 if v == b"v0" else 30.0)))
+    v1 = by_value(log)[b"v1"]
+    first, second = log.pods[0], log.pods[1]
+    assert [c.pod for c in log.calls if c.wait_id == v1] == [second.name]
+    prepared_by_b = [w.at for w in log.cluster.sent if w.pod == second.name
+                     and w.topic.endswith(".wait") and w.key == v1.encode() and w.headers]
+    assert prepared_by_b and landed_late and prepared_by_b[0] < landed_late[0], (
+        "the first pod's close did not land after the next owner's prepare")
+    assert first.stopped_at is not None and first.stopped_at < landed_late[0]
+    assert v1 in log.swept, "the next owner's wait record was closed while its call ran"
+    assert check(log) == []
+
+
 def _stop_a_then_wait(stop_at_s: float, away_s: float) -> Script:
     """A script: pod a stopped at `stop_at_s`, and no pod for `away_s` after it (longer than
     an expiration: what a stop leaves open, the sweep then expires)."""
