@@ -586,8 +586,10 @@ class SimWriter:
             await asyncio.sleep(lands_at - self._cluster.now)
         except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
             alive = self._alive()
-            if chance(rng, faults.lands_after_cut if alive else faults.lands_after_kill):
-                # sent already: the broker appends it all the same
+            if (chance(rng, faults.lands_after_cut if alive else faults.lands_after_kill)
+                    and (faults.fatal_at is None or lands_at < faults.fatal_at)):
+                # sent already: the broker appends it all the same (unless it refuses this
+                # writer by then, as it refuses every write from `fatal_at`)
                 asyncio.get_running_loop().call_at(
                     lands_at, self._cluster.append, topic, partition, record, self._pod,
                     self._cluster.now if alive else None)
