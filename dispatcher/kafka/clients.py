@@ -74,6 +74,12 @@ _SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError, ClientRecordT
 Header = tuple[str, bytes | None]
 
 
+def _outcome_unread(delivered: asyncio.Future[Any]) -> None:
+    """A write nobody waits for: its failure is not "never retrieved"."""
+    if not delivered.cancelled():
+        delivered.exception()
+
+
 def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaTimeoutError) or (
         isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
@@ -144,6 +150,19 @@ class AckedWriter:
             if self._renewals and producer is self._producer:
                 self._renewals = 0
             return written
+
+    async def send_behind(self, topic: str, record: OutgoingRecord) -> None:
+        """Queue `record` behind the writes sent before it (aiokafka delivers what it holds as
+        it stops: a cancelled wait does not take a write out of its batch,
+        tests/integration/test_cut_writes.py); its outcome is not waited for."""
+        try:
+            delivered = await self._producer.send(topic, record.value, key=record.key,
+                                                  headers=list(record.headers))
+        except KafkaError as exc:
+            log.warning("could not send a record behind the writes cut off to %s: %r",
+                        topic, exc)
+            return
+        delivered.add_done_callback(_outcome_unread)
 
     async def _before_writing_again(self, topic: str, producer: AIOKafkaProducer,
                                     failure: KafkaError, attempt: int) -> None:

@@ -119,3 +119,9 @@ class AckedWrites(Protocol):
         partition once acknowledged; retriable broker errors are retried inside, one that can
         never succeed raises `ProduceError` (`RecordTooLargeError` before anything is sent)."""
         ...
+
+    async def send_behind(self, topic: str, record: OutgoingRecord) -> None:
+        """Send `record` to the default partitioner's partition, behind every write sent there
+        before, without waiting for its acknowledgement: the producer delivers it (or not)
+        before it closes. For a stop whose drain cuts writes off (DESIGN.md, "Stopping")."""
+        ...

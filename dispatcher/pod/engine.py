@@ -51,7 +51,13 @@ from dispatcher.pod.fetching import (
     unreadable_reference,
 )
 from dispatcher.pod.lag import LagReporter
-from dispatcher.pod.lifecycle import RecordPath, RecordState, RecordTicket, Tickets
+from dispatcher.pod.lifecycle import (
+    NOT_YET_CALLED,
+    RecordPath,
+    RecordState,
+    RecordTicket,
+    Tickets,
+)
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.revoke import calls_finished, leave_uncalled
 from dispatcher.pod.settings import WindowConfig
@@ -76,8 +82,7 @@ FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is t
 # After the drain's grace, how long the records it left uncalled may take to close their wait
 # records (one acknowledged tombstone each, written at once) before they are cancelled too.
 CLOSE_LEFT_S = 1.0
-_NOT_YET_CALLED = frozenset({RecordState.PREPARING, RecordState.AWAITING_TURN,
-                             RecordState.AWAITING_SLOT, RecordState.AWAITING_TOKEN})
+
 
 
 class AtLeastOnceEngine:
@@ -416,7 +421,7 @@ class AtLeastOnceEngine:
         call slots are closed (`sweep.py --seed 9869`: a circuit probe back in the line, which
         a stop does not leave, was called again after the grace)."""
         uncalled = [task for task, ticket in self._held.tasks.items()
-                    if ticket.state in _NOT_YET_CALLED]
+                    if ticket.state in NOT_YET_CALLED]
         if not uncalled:
             return
         self._held.calls.close()  # nor may a circuit probe sent back to the line start again
@@ -439,5 +444,6 @@ class AtLeastOnceEngine:
                      self._window.drain_grace_s)
             await asyncio.wait(list(self._held.tasks), timeout=self._window.drain_grace_s)
             await self._close_the_holes_left()
+            await self._path.withdraw_behind_the_cut(self._held.tasks.values())
         await cancel_left_over(self._held.tasks)
         await self._committer.commit()

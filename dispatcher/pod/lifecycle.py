@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -69,6 +69,11 @@ class RecordState(enum.Enum):
     ENDED = "nothing: its path ended"
 
 
+NOT_YET_CALLED = frozenset({RecordState.PREPARING, RecordState.AWAITING_TURN,
+                             RecordState.AWAITING_SLOT, RecordState.AWAITING_TOKEN})
+"""The states of a record not yet called: a stop or a revoke may still leave it."""
+
+
 @dataclass(slots=True)
 class RecordTicket:
     """A fetched record in the engine's bookkeeping: its state, and the signals a revoke
@@ -85,6 +90,7 @@ class RecordTicket:
     abandoned: bool = False  # its partition was revoked before it was called: not called here
     # Made only for a revoke that needs this record called here (dispatcher/pod/revoke.py).
     called_or_ended: DoneSignal | None = None
+    prepare: OutgoingRecord | None = None  # its first wait record, once sent
 
     @property
     def ended(self) -> bool:
@@ -253,6 +259,7 @@ class RecordPath:
             _left_to_the_next_owner(source)
             return None
         prepare = self._wait_record(source, ticket.owner_generation)
+        ticket.prepare = prepare  # a stop's drain may withdraw it, in flight, behind it
         prepared_at = self._monotonic()  # its refresh counts from here, whatever it waits for
         too_large: Failure | None = None
         try:
@@ -421,6 +428,19 @@ class RecordPath:
         write of ours in the partition (DESIGN.md, "Rebalances", "Stopping")."""
         if ticket.owner_generation is not None:
             await self._writer.write(self._topics.wait_topic, withdrawal_of(prepare), partition)
+
+    async def withdraw_behind_the_cut(self, tickets: Iterable[RecordTicket]) -> None:
+        """A stop's drain is over and cancels the records still running. Those not yet called
+        still wait for a write of their wait record (a broker slower than the grace): that write
+        was sent, and the producer delivers it as it closes, after the consumer left the group,
+        so it may land after the next owner called and closed the record, reopening its row to
+        expire into the DLQ. A withdrawal sent behind it, in the same partition, closes that
+        row (DESIGN.md, "Stopping")."""
+        for ticket in tickets:
+            if (ticket.state in NOT_YET_CALLED and ticket.prepare is not None
+                    and ticket.owner_generation is not None):
+                await self._writer.send_behind(self._topics.wait_topic,
+                                               withdrawal_of(ticket.prepare))
 
     def _wait_record(self, source: SourceRecord, generation: int | None) -> OutgoingRecord:
         expires_at = datetime.fromtimestamp(self._clock() + self._window.wait_expiration_s, UTC)

@@ -25,26 +25,33 @@ from dispatcher.wire import OutgoingRecord
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("behind", [False, True])
 async def test_a_write_whose_wait_is_cancelled_lands_once_the_producer_closes(
-    kafka_bootstrap: str, unique_name: Callable[[str], str]
+    kafka_bootstrap: str, unique_name: Callable[[str], str], behind: bool
 ) -> None:
+    """And a record sent behind it (`AckedWriter.send_behind`, the drain's withdrawal), not
+    waited for, lands after it in the same partition."""
     kafka = KafkaConfig(kafka_bootstrap, "test")
     topic = unique_name("cut-writes")
-    await create_topic(kafka, topic, partitions=1)
+    # several partitions: each write goes where its key puts it, as the pod's wait records do
+    await create_topic(kafka, topic, partitions=3)
     producer = make_producer(kafka)
     await producer.start()
     writer = AckedWriter(producer)
     try:
         # acknowledged: the topic's metadata is known, so the next write is in a batch at once
-        await writer.write(topic, OutgoingRecord(b"k", b"first", ()), partition=0)
+        await writer.write(topic, OutgoingRecord(b"k", b"first", ()))
         cut = asyncio.create_task(
-            writer.write(topic, OutgoingRecord(b"k", b"cut off", ()), partition=0))
+            writer.write(topic, OutgoingRecord(b"k", b"cut off", ())))
         await asyncio.sleep(0)  # the write is in its batch; its acknowledgement is not back
         cut.cancel()  # the drain's end
         with contextlib.suppress(asyncio.CancelledError):
             await cut
         assert cut.cancelled(), "acknowledged before the cut: nothing was cut off"
+        if behind:
+            await writer.send_behind(topic, OutgoingRecord(b"k", b"behind", ()))
     finally:
         await writer.close()
 
-    assert [record.value for record in await read_topic(kafka, topic)] == [b"first", b"cut off"]
+    assert [record.value for record in await read_topic(kafka, topic)] == [
+        b"first", b"cut off", *([b"behind"] if behind else [])]

@@ -268,17 +268,12 @@ def prepares_get_tombstones(log: RunLog) -> list[str]:
     not cut off by its drain's grace: DESIGN.md, "Stopping") is closed by that pod (DLQ record
     or result, then tombstone), never left for the sweep to expire, nor reopened by a wait
     record of another pod that could close it (one killed before its withdrawal, whose drain's
-    grace cut its withdrawal off, or whose drain cut the prepare itself off, sent, to land
-    later, or stopped fatally, may leave it open)."""
+    grace cut its withdrawal off, or stopped fatally, may leave it open; a prepare its drain
+    cut off, landing later, has a withdrawal behind it: DESIGN.md, "Stopping")."""
     lived_on = {p.name for p in log.pods
                 if p.killed_at is None and p.error is None and not _cut_off_by_grace(log, p)}
     cut_off = {(pod, _wait_id_of_write(topic, record))
                for pod, topic, record in log.cluster.cancelled_writes}
-    # DESIGN.md ("Stopping"): a prepare in flight when its pod's drain ended lands when it
-    # would have, its withdrawal never written (`sweep.py --seed 10119` and `11969`)
-    cut_off |= {(r.written_by, _wait_id_of_write(r.topic, r))
-                for r in log.cluster.records(log.topics.wait_topic)
-                if r.cut_at is not None and r.value is not None}
     writers = _swept_writers(log)
     out = []
     for wait_id, calls in _calls(log).items():

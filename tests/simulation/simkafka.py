@@ -615,6 +615,24 @@ class SimWriter:
             await self._acknowledged_late(topic, record)
         return partition
 
+    async def send_behind(self, topic: str, record: OutgoingRecord) -> None:
+        """Sent now, behind this producer's writes to its partition, and never waited for: it
+        lands when it would have (a write the drain cut off, but sent), unless the pod dies
+        first or the broker refuses this writer by then."""
+        if not self._alive():
+            return
+        self._refuse_too_large(topic, record)
+        count = len(self._cluster.logs[topic])
+        partition = (zlib.crc32(record.key) % count if record.key is not None
+                     else self._cluster.rng.randrange(count))
+        self._sent(topic, record)
+        lands_at = self._lands_at(topic, partition)
+        fatal_at = self._faults.fatal_at
+        if fatal_at is None or lands_at < fatal_at:
+            asyncio.get_running_loop().call_at(
+                lands_at, self._cluster.append, topic, partition, record, self._pod,
+                self._cluster.now)
+
     async def _acknowledged_late(self, topic: str, record: OutgoingRecord) -> None:
         try:
             await asyncio.sleep(self._faults.late_ack_s)

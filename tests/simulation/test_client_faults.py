@@ -441,17 +441,23 @@ def test_a_zombies_repeats_are_bounded_by_what_it_left_when_its_ownership_ended(
                for c in log.cluster.commits), "the next owner no longer commits before the "\
         "zombie learns of its fence"
     assert check(log) == []
-@pytest.mark.parametrize("seed", [10119, 11969])
-def test_a_prepare_a_drain_cut_off_may_land_after_the_next_owner_closed_it(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """DESIGN.md ("Stopping", what is left): a prepare still in flight when its pod's drain
-    ends is sent all the same and lands when it would have; landing after the next owner
-    called and closed the record, it reopens the row, which expires: a duplicate DLQ record,
-    never a loss. The oracle excused a prepare the cut cancelled, not one that landed after it
-    (`sweep.py --seed 10119` and `11969`, once the draw landed writes a drain cut off)."""
+def test_a_prepare_a_drain_cut_off_is_withdrawn_behind_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prepare still in flight when its pod's drain ends is sent all the same and lands when
+    it would have; landing after the next owner called and closed the record, it reopened the
+    row, which expired: a duplicate DLQ record, reading as if the record was never finished
+    (`sweep.py --seed 10119` and `11969`, once the draw landed writes a drain cut off). The
+    stop now sends a withdrawal behind each such write (DESIGN.md, "Stopping"), in the same
+    partition and without waiting for it, so the row it opens is closed again."""
     monkeypatch.setattr(world, "ALL_FAULTS", True)
-    log = simulate(seed)
-    reopened = {(r.key or b"").decode() for r in log.cluster.records(log.topics.wait_topic)
-                if r.cut_at is not None and r.value is not None}
-    assert reopened & set(log.swept), "no prepare a drain cut off reopens a row any more"
+    log = simulate(11969)
+    wait = log.cluster.records(log.topics.wait_topic)
+    late = {(r.written_by, (r.key or b"").decode()): r.offset for r in wait
+            if r.cut_at is not None and r.value is not None}
+    assert late, "no prepare a drain cut off lands any more"
+    for (writer, wait_id), offset in late.items():
+        assert any(r.written_by == writer and (r.key or b"").decode() == wait_id
+                   and r.offset > offset and dict(r.headers).get(WITHDRAWN) for r in wait), (
+            f"no withdrawal of {wait_id} behind {writer}'s late prepare")
+    assert not {wait_id for _writer, wait_id in late} & set(log.swept)
     assert check(log) == []

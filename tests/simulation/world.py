@@ -1016,6 +1016,10 @@ class _HeldWriter:
         await self._hold(self._world, self._pod, topic, record)
         return await self._inner.write(topic, record, partition)
 
+    async def send_behind(self, topic: str, record: OutgoingRecord) -> None:
+        self._inner.note_sent(topic, record)  # not held: behind what was sent, not waited for
+        await self._inner.send_behind(topic, record)
+
 
 async def until(condition: Callable[[], bool], timeout_s: float = 600.0,
                 step_s: float = 0.01) -> None:
