@@ -160,6 +160,9 @@ class SimCluster:
         self.sent: list[Sent] = []  # every acknowledged write as its pod sent it
         self._steps = itertools.count()
         self.data_arrived = asyncio.Event()
+        # The latest moment a write nobody waits for any more (cut off, sent behind, sent
+        # before a kill) lands: the run's end waits for it, as the broker would append it.
+        self.lands_until = 0.0
         self._rebalance_lock = asyncio.Lock()
         self.commit_failure_rate = 0.0
         self.unreadable: set[tuple[str, int, int]] = set()  # records the client cannot parse
@@ -590,9 +593,8 @@ class SimWriter:
                     and (faults.fatal_at is None or lands_at < faults.fatal_at)):
                 # sent already: the broker appends it all the same (unless it refuses this
                 # writer by then, as it refuses every write from `fatal_at`)
-                asyncio.get_running_loop().call_at(
-                    lands_at, self._cluster.append, topic, partition, record, self._pod,
-                    self._cluster.now if alive else None)
+                self._land_later(lands_at, topic, partition, record,
+                                 self._cluster.now if alive else None)
             else:
                 self._cluster.cancelled_writes.append((self._pod, topic, record))
             raise
@@ -629,9 +631,14 @@ class SimWriter:
         lands_at = self._lands_at(topic, partition)
         fatal_at = self._faults.fatal_at
         if fatal_at is None or lands_at < fatal_at:
-            asyncio.get_running_loop().call_at(
-                lands_at, self._cluster.append, topic, partition, record, self._pod,
-                self._cluster.now)
+            self._land_later(lands_at, topic, partition, record, self._cluster.now)
+
+    def _land_later(self, lands_at: float, topic: str, partition: int, record: OutgoingRecord,
+                    cut_at: float | None) -> None:
+        """The broker appends `record` at `lands_at`; nobody waits for it."""
+        self._cluster.lands_until = max(self._cluster.lands_until, lands_at)
+        asyncio.get_running_loop().call_at(lands_at, self._cluster.append, topic, partition,
+                                           record, self._pod, cut_at)
 
     async def _acknowledged_late(self, topic: str, record: OutgoingRecord) -> None:
         try:

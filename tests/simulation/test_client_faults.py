@@ -355,21 +355,27 @@ def test_a_wait_record_is_closed_by_its_own_ownerships_tombstone(
     assert check(log) == []
 
 
-def test_a_withdrawal_the_drain_cuts_off_leaves_the_late_prepare_open(
+def test_a_withdrawal_the_drain_cuts_off_has_another_sent_behind_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """DESIGN.md, "Rebalances": a late prepare that lands after the next owner closed the
     record is removed by its withdrawal; a pod killed before that withdrawal leaves the row to
-    expire (a duplicate DLQ record, never a loss). A drain whose grace runs out while the
-    withdrawal is still in flight is the same. `sweep.py --seed 18383` (a zombie's prepare,
-    then its withdrawal, both slow): the oracle excused a kill, not a drain's cut."""
+    expire (a duplicate DLQ record, never a loss). A drain whose grace ran out while the
+    withdrawal was still in flight did the same (`sweep.py --seed 18383`: a zombie's prepare,
+    then its withdrawal, both slow); the drain now sends a withdrawal behind the wait record
+    of every record not yet called that it cuts off ("Stopping"), which closes the row."""
     monkeypatch.setattr(world, "ALL_FAULTS", True)
     log = simulate(18383)
     withdrawn_cut = {(name, bytes(getattr(record, "key", b"") or b"").decode())
                      for name, topic, record in log.cluster.cancelled_writes
                      if topic == log.topics.wait_topic
                      and dict(getattr(record, "headers", ())).get(WITHDRAWN)}
-    assert any(wait_id in log.swept for _name, wait_id in withdrawn_cut), (
-        "no withdrawal cut off by a drain leaves a row to the sweep any more")
+    assert withdrawn_cut, "no withdrawal is cut off by a drain any more"
+    for name, wait_id in withdrawn_cut:
+        assert any(r.written_by == name and (r.key or b"").decode() == wait_id
+                   and r.cut_at is not None and dict(r.headers).get(WITHDRAWN)
+                   for r in log.cluster.records(log.topics.wait_topic)), (
+            f"no withdrawal of {wait_id} sent behind the one {name}'s drain cut off")
+        assert wait_id not in log.swept
     assert check(log) == []
 
 
@@ -460,4 +466,19 @@ def test_a_prepare_a_drain_cut_off_is_withdrawn_behind_it(
                    and r.offset > offset and dict(r.headers).get(WITHDRAWN) for r in wait), (
             f"no withdrawal of {wait_id} behind {writer}'s late prepare")
     assert not {wait_id for _writer, wait_id in late} & set(log.swept)
+    assert check(log) == []
+
+
+def test_the_run_ends_once_the_writes_still_on_their_way_land(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped pod's producer delivers the writes its drain cut off; the run's end waits for
+    them as the broker would append them. `sweep.py --seed 18090`: a stop's withdrawal, slow,
+    cut off, was due after the last pod stopped, and the run ended first, its wait record
+    judged never closed."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(18090)
+    stopped = max(p.stopped_at or 0.0 for p in log.pods)
+    assert any(r.cut_at is not None and r.written_at > stopped and dict(r.headers).get(WITHDRAWN)
+               for r in log.cluster.records(log.topics.wait_topic)), (
+        "no withdrawal a drain cut off lands after the last pod stopped any more")
     assert check(log) == []

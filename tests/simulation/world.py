@@ -955,6 +955,8 @@ class World:
                         await asyncio.wait([pod.task], timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+        # the writes still on their way land (a stopped pod's producer delivered them)
+        await asyncio.sleep(max(0.0, cluster.lands_until - self.now))
         # Past every expiration any pod wrote: its clock was at most the largest step ahead
         # (a step back leaves earlier wait records with their later expirations) plus its skew.
         self._sweep_ahead_s += (self.settings.wait_expiration + self._most_ahead_s
