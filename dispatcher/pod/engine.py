@@ -84,7 +84,6 @@ FETCH_RETRY_S = 0.5  # a fetch that failed (a broker away, a leader moving) is t
 CLOSE_LEFT_S = 1.0
 
 
-
 class AtLeastOnceEngine:
     """Runs until `stop` is set, then drains for the grace period, commits and returns."""
 
