@@ -227,11 +227,6 @@ MUTANTS = [
            "now >= self._since + 1000 * self.config.open_s:",
            "An open circuit half-opens after `open` and probes the counterparty."),
     # --- the waits of a record prepared ahead (dispatcher/pod/lifecycle.py, flow/ordering.py) ---
-    Mutant("stop-leaves-holes-open", "dispatcher/pod/engine.py",
-           "            await self._close_the_holes_left()\n", "",
-           "The holes a stop's grace leaves uncalled close their wait records before the stop "
-           "ends; cancelled with them, they expire into the DLQ while the next owner calls "
-           "them."),
     Mutant("slot-wait-without-refresh", "dispatcher/pod/lifecycle.py",
            "            written_at = self._monotonic()\n"
            "            prepare = await self._write_again(source, partition, "

@@ -176,6 +176,14 @@ def test_a_hole_the_grace_leaves_uncalled_closes_its_wait_record() -> None:
                 if w.pod == first.name and w.topic.endswith(".wait") and w.headers}
     assert b"v0" in prepared, "the hole was not prepared"
     assert _swept_before(log, expiration_s * 2) == called
+    # closed by a write the stop waited for, not only by the withdrawal its drain sends behind
+    # what it cuts off (which the producer may fail to deliver as it closes)
+    hole = by_value(log)[b"v0"]
+    assert first.stopped_at is not None
+    assert any((r.key or b"").decode() == hole and r.value is None and r.cut_at is None
+               and r.written_at < first.stopped_at
+               for r in log.cluster.records(log.topics.wait_topic)), (
+        "the hole's wait record was not closed before the stop ended")
     assert check(log) == []
 
 
