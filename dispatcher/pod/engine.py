@@ -217,7 +217,7 @@ class AtLeastOnceEngine:
                     self._next_partition += 1
                     await read_past_unreadable(
                         self._consumer, self._watermarks.expected_next,
-                        lambda tp, records: self._start_all(partition_key(tp), records),
+                        self._start_fetched,
                         functools.partial(self._start_unreadable, error=exc),
                         limit=max(1, self._held.room()), turn=self._next_partition)
             except KafkaClientError as exc:  # a fetch or a position read failed: try again
