@@ -77,6 +77,22 @@ MUTANTS = [
            "                    await self._withdraw(prepare, wait_partition, ticket)\n"
            "                elif False:",
            "A stop closes the wait record of a record it leaves uncalled."),
+    Mutant("stop-closes-with-plain-tombstone", "dispatcher/pod/lifecycle.py",
+           "                if ticket.owner_generation is not None:\n"
+           "                    await self._withdraw(prepare, wait_partition, ticket)\n"
+           "                elif not ticket.abandoned:",
+           "                if ticket.abandoned:\n"
+           "                    await self._withdraw(prepare, wait_partition, ticket)\n"
+           "                else:",
+           "A stop closes a record it leaves uncalled with a withdrawal: a plain tombstone, cut "
+           "off and landing after the next owner's prepare, would close that owner's row."),
+    Mutant("no-withdrawal-behind-the-cut", "dispatcher/pod/lifecycle.py",
+           "                    and ticket.owner_generation is not None):\n"
+           "                await self._writer.send_behind(",
+           "                    and ticket.owner_generation is None):\n"
+           "                await self._writer.send_behind(",
+           "A drain that cuts off a wait record not yet called sends a withdrawal behind it, so "
+           "that landing late it cannot reopen a row the next owner closed."),
     Mutant("called-after-revoke", "dispatcher/pod/lifecycle.py",
            "            return ticket.abandoned or self._partitions.left_at_stop(source)",
            "            return self._partitions.left_at_stop(source)",

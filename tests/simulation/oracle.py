@@ -880,8 +880,9 @@ def expiries_are_bounded(log: RunLog) -> list[str]:
 def uncalled_waits_are_closed(log: RunLog) -> list[str]:
     """A wait record of a record its pod never called in that ownership (revoked, stopped, or
     its prepare landed after its revoke gave up on it) is closed by that pod with a tombstone
-    written after it; once the pod's ownership was revoked, that tombstone is a withdrawal (it
-    must not close the next owner's row). Only a pod that was killed or stopped fatally may
+    written after it; once the pod's ownership was revoked, or its stop began, that tombstone
+    is a withdrawal (it must not close the next owner's row: a stop's, cut off by its drain, may
+    land after the next owner's prepare). Only a pod that was killed or stopped fatally may
     leave one open, and one whose drain its grace cut off only one it could not close in
     time: a record whose prepare landed after the grace ran out, or whose closing write the
     cut cancelled. A stop wakes every record it leaves (DESIGN.md, "Stopping"), so one
@@ -914,13 +915,19 @@ def uncalled_waits_are_closed(log: RunLog) -> list[str]:
                 out.append(f"wait {wid}: {pod.name} wrote its wait record at "
                            f"{last.written_at:.3f}s, never called it and never closed it")
                 continue
+            if _header(closing, WITHDRAWN) == "true":
+                continue
             revoke = next((r for r in log.cluster.revokes if r.member == pod.name
                            and str(r.generation) == generation), None)
-            if (revoke is not None and revoke.started < closing.written_at
-                    and _header(closing, WITHDRAWN) != "true"):
+            if revoke is not None and revoke.started < closing.written_at:
                 out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
                            f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
                            f"its revoke: it could close the next owner's row")
+            elif pod.stop_asked_at is not None and pod.stop_asked_at < closing.written_at:
+                out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
+                           f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
+                           "its stop began: cut off and landing late, it could close the next "
+                           "owner's row")
     return out
 
 
@@ -935,10 +942,12 @@ def _after_in_its_log(record: SimRecord, earlier: SimRecord) -> bool:
 def _left_by_a_cut_stop(log: RunLog, pod: PodRun,
                         ) -> Callable[[str, SimRecord, str | None], bool] | None:
     """For a pod whose drain its grace cut off, which of its uncalled wait records its stop
-    must have closed (None: not such a pod, all must be): one whose prepare landed before the
-    grace ran out, in an ownership no revoke ended, and whose writes the cut did not cancel
-    mid-way. A stop wakes the records above its mark at once, and the holes below it once the
-    grace is over (DESIGN.md, "Stopping"): each closes its wait record then."""
+    must have closed (None: not such a pod, all must be): in an ownership no revoke ended, one
+    whose prepare landed before the grace ran out and whose writes the cut did not cancel
+    mid-way, and one whose prepare the cut cut off but which landed late. A stop wakes the
+    records above its mark at once, and the holes below it once the grace is over: each closes
+    its wait record then; the drain sends a withdrawal behind each wait record it cuts off of a
+    record not yet called (DESIGN.md, "Stopping")."""
     stop_at = pod.stop_asked_at
     if (stop_at is None or pod.stopped_at is None
             or pod.stopped_at - stop_at < log.settings.drain_grace - 0.01):
@@ -949,7 +958,11 @@ def _left_by_a_cut_stop(log: RunLog, pod: PodRun,
     revoked = {str(r.generation) for r in log.cluster.revokes if r.member == pod.name}
 
     def must_close(wid: str, last: SimRecord, generation: str | None) -> bool:
-        return last.written_at < grace_ends and wid not in cancelled and generation not in revoked
+        if generation in revoked:
+            return False
+        if last.cut_at is not None:  # sent, cut off, landed late: a withdrawal went behind it
+            return True
+        return last.written_at < grace_ends and wid not in cancelled
 
     return must_close
 

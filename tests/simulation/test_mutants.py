@@ -10,7 +10,7 @@ import pytest
 from mutants import MUTANTS, ROOT, run
 
 FAST = ("commit-before-prepare-ack", "no-tombstone", "window-one-too-large",
-        "watermark-off-by-one")
+        "watermark-off-by-one", "stop-closes-with-plain-tombstone")
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

@@ -35,6 +35,7 @@ from dispatcher.handlers.loader import LoadedHandler
 from dispatcher.handlers.record import Record, Retryable
 from dispatcher.kafka.seam import AckedWrites
 from dispatcher.kafka.topics import TopicConfig
+from dispatcher.pod.engine import CLOSE_LEFT_S
 from dispatcher.pod.metrics import DispatcherMetrics
 from dispatcher.pod.runner import open_engine
 from dispatcher.pod.settings import DispatchSettings, load_settings
@@ -278,6 +279,7 @@ def _draw_with_faults(seed: int) -> Scenario:
     _draw_stop_while_commits_fail(seed, run_s, scenario)
     _draw_holds_past_refresh(seed, run_s, scenario)
     _draw_cut_writes_land(seed, scenario)
+    _draw_stop_cut_then_kill(seed, run_s, scenario)
     return scenario
 
 
@@ -287,6 +289,22 @@ def _draw_cut_writes_land(seed: int, scenario: Scenario) -> None:
     stalls; a seed that cuts no write off keeps its course."""
     rng = random.Random(f"cut-writes/{seed}")
     scenario.write_faults.lands_after_cut = rng.choice([0.0, 0.5, 1.0])
+
+
+def _draw_stop_cut_then_kill(seed: int, run_s: float, scenario: Scenario) -> None:
+    """A stop whose writes turn slower than its drain's grace (its broker failing over), then
+    the next owner killed mid-call (`World.stop_slow_then_kill`): the drain cuts off the wait
+    records of the records it leaves, still sent, and they land after the next owner's writes
+    of the same records. Each of the two defects of 2026-11-28's stop needed that conjunction,
+    which the other draws met once in thousands of seeds. Drawn from a stream of its own, like
+    the stalls."""
+    rng = random.Random(f"stop-cut-kill/{seed}")
+    if scenario.flags.get("mode") == "batch" or rng.random() >= 0.12:
+        return
+    scenario.events.append((rng.uniform(0.5, run_s), "stop_slow_then_kill"))
+    scenario.events.sort()
+    if scenario.write_faults.lands_after_cut == 0.0:
+        scenario.write_faults.lands_after_cut = rng.choice([0.5, 1.0])
 
 
 def _draw_stop_while_commits_fail(seed: int, run_s: float, scenario: Scenario) -> None:
@@ -429,6 +447,10 @@ class Call:
     returned: bool = False  # its handler returned a value (a result record is due)
 
 
+# The events that stop pods (`World._stop`).
+STOPS = ("sigterm_commits_fail", "leave", "sigterm", "stop_all_away", "stop_slow_then_kill")
+
+
 @dataclass
 class PodRun:
     """One incarnation of a pod: its clients, its stop signal, its task and how it ended."""
@@ -450,6 +472,7 @@ class PodRun:
     # When the group fenced it, and when it noticed (a zombie in between; None: it never did)
     fences: list[tuple[float, float | None]] = field(default_factory=list)
     siblings: list[PodRun] = field(default_factory=list)  # the other workers of its pod
+    write_faults: WriteFaults = field(default_factory=WriteFaults)  # its writer's, its own copy
 
     def window_at(self, at: float) -> int:
         """The window's size at `at` (its largest when it has not told)."""
@@ -675,7 +698,8 @@ class World:
             pod = PodRun(member, consumer, asyncio.Event(), window=settings.window_size,
                          supervisor=supervisor, siblings=workers)
             self._watch_window(pod)
-            sim_writer = SimWriter(self.cluster, member, self._faults_for(), lambda p=pod: p.alive)
+            pod.write_faults = self._faults_for()
+            sim_writer = SimWriter(self.cluster, member, pod.write_faults, lambda p=pod: p.alive)
             pod.injected = sim_writer.injected
             writer: AckedWrites = sim_writer
             if self.scenario.before_write is not None:
@@ -771,6 +795,24 @@ class World:
             self.cluster.leave(pod.consumer.member_id)
         if self._live:
             await self.cluster.rebalance([INPUT])
+
+    async def stop_slow_then_kill(self, name: str) -> None:
+        """Pod `name`'s writes turn slower than its drain's grace and the close after it, and it
+        is stopped: what its drain cuts off is still sent, and lands late. A little later, once
+        the next owner has its records, and likely while it calls them, a pod is killed (the
+        orchestrator starts one first, if none is left)."""
+        slow_s = self.settings.drain_grace + CLOSE_LEFT_S + self.rng.uniform(0.5, 4.0)
+        rate = self.rng.choice([0.5, 1.0])
+        for pod in self._live.get(name, []):
+            pod.write_faults.slow_rate, pod.write_faults.slow_s = rate, slow_s
+        await asyncio.sleep(self.rng.uniform(0.0, 1.0))  # a wait record or two already slow
+        await self.sigterm(name)
+        if not self._live:
+            await asyncio.sleep(self.rng.uniform(0.1, 2.0))
+            await self.start_pod("a")
+        await asyncio.sleep(self.rng.uniform(0.5, 5.0))
+        if self._live:
+            await self.kill(self.rng.choice(sorted(self._live)))
 
     async def fence(self, name: str) -> None:
         """The group fences the pod (its session lost: a network partition from the group
@@ -869,19 +911,10 @@ class World:
             await self.cluster.rebalance([INPUT])
         elif what == "join" and len(names) < 3:
             await self.start_pod(next(n for n in "abc" if n not in self._live))
-        elif what == "sigterm_commits_fail" and names:
-            name = self.rng.choice(names)
-            for pod in self._live.get(name, []):
-                pod.consumer.failing_commits = self.rng.choice([2, 3])
-            await self.sigterm(name)
-        elif what in ("leave", "sigterm") and names:
-            await self.sigterm(self.rng.choice(names) if what == "sigterm" else names[-1])
+        elif what in STOPS and names:
+            await self._stop(what, names)
         elif what == "kill" and names:
             await self.kill(self.rng.choice(names))
-        elif what == "stop_all_away" and names:  # a node drained: back after the expiration
-            for name in names:
-                await self.sigterm(name)
-            await asyncio.sleep(self.settings.wait_expiration + self.rng.uniform(0.5, 3.0))
         elif what == "clock_jump":
             self._pod_clock_offset_s += self.scenario.clock_jump_s
             self._most_ahead_s = max(self._most_ahead_s, self._pod_clock_offset_s)
@@ -892,6 +925,22 @@ class World:
         if not self._live:  # an orchestrator starts a pod again
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
             await self.start_pod("a")
+
+    async def _stop(self, what: str, names: list[str]) -> None:
+        """One of the STOPS events: a SIGTERM to one of the live pods `names`, or to each."""
+        if what == "sigterm_commits_fail":
+            name = self.rng.choice(names)
+            for pod in self._live.get(name, []):
+                pod.consumer.failing_commits = self.rng.choice([2, 3])
+            await self.sigterm(name)
+        elif what in ("leave", "sigterm"):
+            await self.sigterm(self.rng.choice(names) if what == "sigterm" else names[-1])
+        elif what == "stop_all_away":  # a node drained: back after the expiration
+            for name in names:
+                await self.sigterm(name)
+            await asyncio.sleep(self.settings.wait_expiration + self.rng.uniform(0.5, 3.0))
+        else:
+            await self.stop_slow_then_kill(self.rng.choice(names))
 
     async def _fault_during_revoke(self, what: str, names: list[str]) -> None:
         """A rebalance, and while its revokes wait, a kill -9 of one pod or a spell of failing
