@@ -325,7 +325,7 @@ def _killed_before_withdrawing(log: RunLog, writer: str, wait_id: str) -> bool:
     landed = [r.written_at for r in log.cluster.records(log.topics.wait_topic)
               if r.written_by == writer and r.value is not None
               and (r.key or b"").decode() == wait_id]
-    faults = log.scenario.write_faults
+    faults = pod.write_faults  # its writer's own (a stop's spell adds leader moves to it)
     slowest = (faults.latency_s[1] + faults.slow_s + faults.late_ack_s
                + max((seconds for _at, seconds, _p in faults.leader_moves), default=0.0))
     return bool(landed) and pod.killed_at <= max(landed) + slowest
@@ -960,9 +960,10 @@ def _left_by_a_cut_stop(log: RunLog, pod: PodRun,
     def must_close(wid: str, last: SimRecord, generation: str | None) -> bool:
         if generation in revoked:
             return False
-        if last.cut_at is not None:  # sent, cut off, landed late: a withdrawal went behind it
-            return True
-        return last.written_at < grace_ends and wid not in cancelled
+        if wid in cancelled:  # a write of it never landed (cut off, or refused by the broker)
+            return False
+        # one cut off that landed late has a withdrawal sent behind it
+        return last.cut_at is not None or last.written_at < grace_ends
 
     return must_close
 

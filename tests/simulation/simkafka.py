@@ -621,8 +621,9 @@ class SimWriter:
         self._refuse_too_large(topic, record)
         partition = self._partition_of(topic, record)
         self._sent(topic, record)
-        self._land_later(self._lands_at(topic, partition), topic, partition, record,
-                         self._cluster.now)
+        if not self._land_later(self._lands_at(topic, partition), topic, partition, record,
+                                self._cluster.now):
+            self._cluster.cancelled_writes.append((self._pod, topic, record))
 
     def _partition_of(self, topic: str, record: OutgoingRecord) -> int:
         """The default partitioner's choice: by the key, a random one for a null key."""

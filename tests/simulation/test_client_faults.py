@@ -222,6 +222,37 @@ def test_a_write_a_live_pod_cuts_off_lands_when_it_would_have_if_drawn(
         assert [record.value for _, _, record in cancelled] == [b"v"]
 
 
+@pytest.mark.parametrize("fatal_at", [None, 1.0])
+def test_a_record_sent_behind_the_cut_lands_unless_the_broker_refuses_the_pod(
+        fatal_at: float | None) -> None:
+    """`send_behind` (the withdrawal a drain sends behind a wait record it cut off) lands when
+    it would have, nobody waiting for it; once the broker refuses every write of the pod
+    (`fatal_at`) it never lands, and counts as a write that never landed, as a cut write
+    refused so does: the oracle excuses the row it should have closed (`sweep.py --seed
+    26114`, once the draw stopped pods in a spell: its withdrawals were refused, and the
+    oracle wanted them)."""
+    async def scenario() -> tuple[list[SimRecord], list[tuple[str, str, OutgoingRecord]]]:
+        cluster = SimCluster(random.Random(0), "g", rebalance_timeout_s=5.0)
+        cluster.create_topic("g.wait", 1)
+        writer = SimWriter(cluster, "a#1", WriteFaults(latency_s=(2.0, 2.0), fatal_at=fatal_at),
+                           alive=lambda: True)
+        await writer.send_behind("g.wait", OutgoingRecord(b"k", None, ()))
+        await asyncio.sleep(5.0)
+        return cluster.records("g.wait"), cluster.cancelled_writes
+
+    loop = looptime.new_event_loop(noop_cycles=0)
+    try:
+        landed, cancelled = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    if fatal_at is None:
+        assert [(r.key, r.written_at) for r in landed] == [(b"k", 2.0)]
+        assert cancelled == []
+    else:
+        assert landed == []
+        assert [record.key for _, _, record in cancelled] == [b"k"]
+
+
 def test_a_prepare_landing_after_its_pods_kill_may_reopen_a_closed_row_to_expire(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """DESIGN.md's "what is left" of late prepares: a pod killed before the withdrawal of its

@@ -292,7 +292,7 @@ def _draw_cut_writes_land(seed: int, scenario: Scenario) -> None:
 
 
 def _draw_stop_cut_then_kill(seed: int, run_s: float, scenario: Scenario) -> None:
-    """A stop whose writes turn slower than its drain's grace (its broker failing over), then
+    """A stop whose writes are held longer than its drain's grace (its node failing), then
     the next owner killed mid-call (`World.stop_slow_then_kill`): the drain cuts off the wait
     records of the records it leaves, still sent, and they land after the next owner's writes
     of the same records. Each of the two defects of 2026-11-28's stop needed that conjunction,
@@ -797,15 +797,20 @@ class World:
             await self.cluster.rebalance([INPUT])
 
     async def stop_slow_then_kill(self, name: str) -> None:
-        """Pod `name`'s writes turn slower than its drain's grace and the close after it, and it
-        is stopped: what its drain cuts off is still sent, and lands late. A little later, once
-        the next owner has its records, and likely while it calls them, a pod is killed (the
-        orchestrator starts one first, if none is left)."""
-        slow_s = self.settings.drain_grace + CLOSE_LEFT_S + self.rng.uniform(0.5, 4.0)
-        rate = self.rng.choice([0.5, 1.0])
+        """Pod `name` loses its way to the partitions' leaders for a spell longer than its
+        drain's grace and the close after it (its node failing, so it is stopped too): every
+        write it sends in the spell lands when the spell ends, in the order sent, as a leader
+        move's do (`WriteFaults.leader_moves`), so what its drain cuts off lands after the next
+        owner's writes. A little later, once the next owner has its records, and likely while
+        it calls them, a pod is killed (the orchestrator starts one first, if none is left)."""
+        lead_s = self.rng.uniform(0.0, 1.0)  # a wait record or two sent in the spell already
+        spell_s = lead_s + self.settings.drain_grace + CLOSE_LEFT_S + self.rng.uniform(0.5, 4.0)
+        written = (self.topics.wait_topic, self.topics.dlq_topic, f"{GROUP}.result")
+        moves = tuple((self.now, spell_s, partition) for partition in
+                      range(max(len(self.cluster.logs[topic]) for topic in written)))
         for pod in self._live.get(name, []):
-            pod.write_faults.slow_rate, pod.write_faults.slow_s = rate, slow_s
-        await asyncio.sleep(self.rng.uniform(0.0, 1.0))  # a wait record or two already slow
+            pod.write_faults.leader_moves = tuple(sorted(pod.write_faults.leader_moves + moves))
+        await asyncio.sleep(lead_s)
         await self.sigterm(name)
         if not self._live:
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
