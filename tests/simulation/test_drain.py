@@ -299,3 +299,24 @@ def _stop_a_then_wait(stop_at_s: float, away_s: float) -> Script:
         await asyncio.sleep(away_s)
 
     return script
+
+
+def test_no_hole_is_called_once_the_grace_is_over_on_a_stalled_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hole is called within the grace only. The grace was kept by the drain's timer alone:
+    on a stalled loop that timer fires late, and a hole handed its call slot in the same late
+    turn of the loop started its call after the grace had run out, to be cancelled at once by
+    the drain (`sweep.py --seed 84533`: a stop at 7.70 s with a grace of 2 s, a loop held
+    0.2 s every 0.5 s from 8.97 s, a hole's call started at 9.87 s). Whether the grace is over
+    is now read off the loop's clock when a record would start its call (DESIGN.md,
+    "Stopping")."""
+    monkeypatch.setattr(world, "ALL_FAULTS", True)
+    log = simulate(84533)
+    stopped = next(p for p in log.pods if p.stop_asked_at is not None and p.killed_at is None)
+    assert stopped.stop_asked_at is not None
+    grace_over = stopped.stop_asked_at + log.settings.drain_grace
+    assert any(at <= grace_over <= at + stall for at, stall in log.stalled), (
+        "the loop no longer stalls over the end of the grace")
+    late = [c.offset for c in log.calls if c.pod == stopped.name and c.started > grace_over]
+    assert late == []
+    assert check(log) == []
