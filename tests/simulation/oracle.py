@@ -944,7 +944,7 @@ def _left_by_a_cut_stop(log: RunLog, pod: PodRun,
     """For a pod whose drain its grace cut off, which of its uncalled wait records its stop
     must have closed (None: not such a pod, all must be): in an ownership no revoke ended, one
     whose prepare landed before the grace ran out and whose writes the cut did not cancel
-    mid-way, and one whose prepare the cut cut off but which landed late. A stop wakes the
+    mid-way, and one whose prepare the drain cut off but which landed late. A stop wakes the
     records above its mark at once, and the holes below it once the grace is over: each closes
     its wait record then; the drain sends a withdrawal behind each wait record it cuts off of a
     record not yet called (DESIGN.md, "Stopping")."""

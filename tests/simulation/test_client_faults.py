@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import dataclasses
 import random
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import looptime
 import oracle
@@ -20,6 +22,8 @@ from world import INPUT, Input, World, quiet, simulate
 from dispatcher.errors import FatalError, KafkaClientError
 from dispatcher.kafka.seam import TopicPartition
 from dispatcher.wire import WITHDRAWN, WRITER_GENERATION, OutgoingRecord
+
+T = TypeVar("T")
 
 
 def test_a_record_the_client_cannot_parse_in_a_new_groups_first_fetch_skips_nothing() -> None:
@@ -163,6 +167,15 @@ def test_a_kill_after_a_clean_revoke_may_leave_the_calls_still_running_to_expire
     assert check(log) == []
 
 
+def _on_a_virtual_clock(scenario: Coroutine[Any, Any, T]) -> T:
+    """`scenario` run to its end on an event loop of its own, on looptime's virtual clock."""
+    loop = looptime.new_event_loop(noop_cycles=0)
+    try:
+        return loop.run_until_complete(scenario)
+    finally:
+        loop.close()
+
+
 def test_a_write_the_killed_pod_starts_after_the_kill_never_lands() -> None:
     """`lands_after_kill` is for a write sent before the kill -9. A write the killed engine's
     cancelled stop starts afterwards is never sent (a dead process sends nothing), so it can
@@ -179,11 +192,7 @@ def test_a_write_the_killed_pod_starts_after_the_kill_never_lands() -> None:
         await asyncio.sleep(5.0)
         return cluster.records("g.wait")
 
-    loop = looptime.new_event_loop(noop_cycles=0)
-    try:
-        assert loop.run_until_complete(scenario()) == []
-    finally:
-        loop.close()
+    assert _on_a_virtual_clock(scenario()) == []
 
 
 @pytest.mark.parametrize(("lands", "fatal_at"), [(0.0, None), (1.0, None), (1.0, 1.0)])
@@ -209,11 +218,7 @@ def test_a_write_a_live_pod_cuts_off_lands_when_it_would_have_if_drawn(
         await asyncio.sleep(5.0)
         return cluster.records("g.wait"), cluster.cancelled_writes
 
-    loop = looptime.new_event_loop(noop_cycles=0)
-    try:
-        landed, cancelled = loop.run_until_complete(scenario())
-    finally:
-        loop.close()
+    landed, cancelled = _on_a_virtual_clock(scenario())
     if lands and fatal_at is None:
         assert [(r.value, r.written_at, r.cut_at) for r in landed] == [(b"v", 2.0, 0.5)]
         assert cancelled == []
@@ -240,11 +245,7 @@ def test_a_record_sent_behind_the_cut_lands_unless_the_broker_refuses_the_pod(
         await asyncio.sleep(5.0)
         return cluster.records("g.wait"), cluster.cancelled_writes
 
-    loop = looptime.new_event_loop(noop_cycles=0)
-    try:
-        landed, cancelled = loop.run_until_complete(scenario())
-    finally:
-        loop.close()
+    landed, cancelled = _on_a_virtual_clock(scenario())
     if fatal_at is None:
         assert [(r.key, r.written_at) for r in landed] == [(b"k", 2.0)]
         assert cancelled == []
