@@ -920,14 +920,14 @@ def uncalled_waits_are_closed(log: RunLog) -> list[str]:
             revoke = next((r for r in log.cluster.revokes if r.member == pod.name
                            and str(r.generation) == generation), None)
             if revoke is not None and revoke.started < closing.written_at:
-                out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
-                           f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
-                           f"its revoke: it could close the next owner's row")
+                after = "its revoke"
             elif pod.stop_asked_at is not None and pod.stop_asked_at < closing.written_at:
-                out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
-                           f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
-                           "its stop began: cut off and landing late, it could close the next "
-                           "owner's row")
+                after = "its stop began (cut off, it may land late)"
+            else:
+                continue
+            out.append(f"wait {wid}: {pod.name} closed the wait record it left to the next "
+                       f"owner with a plain tombstone at {closing.written_at:.3f}s, after "
+                       f"{after}: it could close the next owner's row")
     return out
 
 

@@ -587,10 +587,11 @@ class SimWriter:
             await asyncio.sleep(lands_at - self._cluster.now)
         except asyncio.CancelledError:  # cut off (a drain's end, a kill): never acknowledged
             alive = self._alive()
-            # sent already: the broker appends it all the same, unless it refuses this writer
-            if not (chance(rng, faults.lands_after_cut if alive else faults.lands_after_kill)
-                    and self._land_later(lands_at, topic, partition, record,
-                                         self._cluster.now if alive else None)):
+            if chance(rng, faults.lands_after_cut if alive else faults.lands_after_kill):
+                # sent already: the broker appends it all the same, unless it refuses this writer
+                self._land_later(lands_at, topic, partition, record,
+                                 self._cluster.now if alive else None)
+            else:
                 self._cluster.cancelled_writes.append((self._pod, topic, record))
             raise
         if not self._alive():
@@ -621,9 +622,8 @@ class SimWriter:
         self._refuse_too_large(topic, record)
         partition = self._partition_of(topic, record)
         self._sent(topic, record)
-        if not self._land_later(self._lands_at(topic, partition), topic, partition, record,
-                                self._cluster.now):
-            self._cluster.cancelled_writes.append((self._pod, topic, record))
+        self._land_later(self._lands_at(topic, partition), topic, partition, record,
+                         self._cluster.now)
 
     def _partition_of(self, topic: str, record: OutgoingRecord) -> int:
         """The default partitioner's choice: by the key, a random one for a null key."""
@@ -632,16 +632,17 @@ class SimWriter:
                 else self._cluster.rng.randrange(count))
 
     def _land_later(self, lands_at: float, topic: str, partition: int, record: OutgoingRecord,
-                    cut_at: float | None) -> bool:
-        """The broker appends `record` at `lands_at`, nobody waiting for it; False if it
-        refuses this writer by then, as it refuses every write from `fatal_at`."""
+                    cut_at: float | None) -> None:
+        """The broker appends `record` at `lands_at`, nobody waiting for it, unless it refuses
+        this writer by then, as it refuses every write from `fatal_at`: then the write never
+        lands (`cancelled_writes`)."""
         fatal_at = self._faults.fatal_at
         if fatal_at is not None and lands_at >= fatal_at:
-            return False
+            self._cluster.cancelled_writes.append((self._pod, topic, record))
+            return
         self._cluster.lands_until = max(self._cluster.lands_until, lands_at)
         asyncio.get_running_loop().call_at(lands_at, self._cluster.append, topic, partition,
                                            record, self._pod, cut_at)
-        return True
 
     async def _acknowledged_late(self, topic: str, record: OutgoingRecord) -> None:
         try:

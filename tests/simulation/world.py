@@ -812,9 +812,7 @@ class World:
             pod.write_faults.leader_moves = tuple(sorted(pod.write_faults.leader_moves + moves))
         await asyncio.sleep(lead_s)
         await self.sigterm(name)
-        if not self._live:
-            await asyncio.sleep(self.rng.uniform(0.1, 2.0))
-            await self.start_pod("a")
+        await self._restart_if_none_live()
         await asyncio.sleep(self.rng.uniform(0.5, 5.0))
         if self._live:
             await self.kill(self.rng.choice(sorted(self._live)))
@@ -927,7 +925,11 @@ class World:
             await self._fault_during_revoke(what, names)
         elif what == "fence" and names:
             await self.fence(self.rng.choice(names))
-        if not self._live:  # an orchestrator starts a pod again
+        await self._restart_if_none_live()
+
+    async def _restart_if_none_live(self) -> None:
+        """With no pod left, an orchestrator starts one again a little later."""
+        if not self._live:
             await asyncio.sleep(self.rng.uniform(0.1, 2.0))
             await self.start_pod("a")
 
