@@ -125,7 +125,8 @@ class Partitions(Protocol):
         """Its partition has not been revoked since the record was fetched."""
 
     def left_at_stop(self, source: SourceRecord) -> bool:
-        """A stop leaves the record uncalled (the next owner calls it)."""
+        """A stop leaves the record uncalled (the next owner calls it); once its grace is
+        over, every record, a circuit probe back in the call line too: no call starts."""
 
     def slot_free_for_tombstone(self) -> None:
         """The outcome is durable: the record's window slot may go while its tombstone is
@@ -381,9 +382,11 @@ class RecordPath:
             log.info("wait id %s: its probe call timed out and the circuit is still open: back "
                      "to the call line (once) instead of the DLQ", wait_id)
             again = await self._call_again(source, wait_partition, ticket)
-            if again is None:  # revoked while it waited: its timeout is its outcome
-                log.info("wait id %s: its partition was revoked while it waited to be called "
-                         "again; it goes to the DLQ with its timeout", wait_id)
+            if again is None:  # revoked, or a stop's grace over, while it waited: its
+                # timeout is its outcome
+                log.info("wait id %s: its partition was revoked or the stop's grace ran out "
+                         "while it waited to be called again; it goes to the DLQ with its "
+                         "timeout", wait_id)
                 return outcome, prepare
             prepare = again
 
@@ -391,12 +394,14 @@ class RecordPath:
                           ticket: RecordTicket) -> OutgoingRecord | None:
         """A probe back in the call line: its wait record is written again for the wait to
         come (and again each `refresh_wait_record_s` of it), then it takes a slot and a token;
-        None if its partition is revoked first (another pod owns its key)."""
+        None if its partition is revoked first (another pod owns its key), or a stop's grace
+        runs out first (no call starts after it)."""
         refresh_s = self._window.refresh_wait_record_s
         key = (source.topic, source.partition)
 
-        def given_up() -> bool:
-            return not self._partitions.still_ours(key, ticket)
+        def given_up() -> bool:  # a stop leaves a called record only once its grace is over
+            return (not self._partitions.still_ours(key, ticket)
+                    or self._partitions.left_at_stop(source))
 
         while True:
             written_at = self._monotonic()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 import pytest
 import world
-from cases import answer, by_value, delayed_prepares, open_calls
+from cases import Outage, answer, by_value, delayed_prepares, open_calls
 from oracle import check, ownership_end
 from simkafka import SimConsumer
 from world import Input, RunLog, Script, World, quiet, simulate, until
@@ -319,4 +319,41 @@ def test_no_hole_is_called_once_the_grace_is_over_on_a_stalled_loop(
         "the loop no longer stalls over the end of the grace")
     late = [c.offset for c in log.calls if c.pod == stopped.name and c.started > grace_over]
     assert late == []
+    assert check(log) == []
+
+
+def test_no_circuit_probe_is_called_again_once_the_grace_is_over_on_a_stalled_loop() -> None:
+    """A circuit probe whose call timed out goes back to the call line, and a stop does not
+    leave it (it was called, so it is committable): it may be called again within the grace
+    only. With no hole left, the call slots stay open after the grace, and the probe's wait
+    for a slot once looked at its partition's ownership alone: on a loop stalled over the end
+    of the grace, the line's timer, due before the drain's, handed it a slot in the same late
+    turn and its call started after the grace (the race of `sweep.py --seed 84533` on the
+    probe's path). A probe's wait now reads the grace off the clock too (DESIGN.md,
+    "Stopping").
+
+    Timeline: @0 times out (0.1-1.1 s) and opens the circuit; @1, the half-open circuit's
+    probe, times out (1.6-2.6 s) and goes back to the line; the stop comes at 2.8 s with a
+    grace of 0.6 s; the circuit half-opens at 3.1 s; the line's next look is due at 3.3 s; the
+    loop is held from 3.2 s to 3.5 s, over the grace's end."""
+    async def stop(world: World) -> None:
+        await asyncio.sleep(2.8)
+        await world.sigterm("a")
+
+    log = simulate(quiet({"concurrency": 2, "deadline": 1.0, "drain_grace": 0.6,
+                          "circuit_breaker": "min-calls=1,open=1.5s,probes=1,window=10s"},
+                         inputs=[Input(b"k0", b"v0"), Input(b"k1", b"v1")], records=2,
+                         script=stop, handle=Outage(100.0), stalls=(3.2, 0.01, 1.0, 0.3)))
+    first = log.pods[0]
+    assert first.stop_asked_at is not None
+    grace_over = first.stop_asked_at + log.settings.drain_grace
+    probe = [c for c in log.calls if c.pod == first.name and c.offset == 1]
+    assert probe and probe[0].ended is not None and probe[0].ended < first.stop_asked_at, (
+        "the probe's call did not time out before the stop")
+    assert first.metrics.probes_returned.collect()[0].samples[0].value == 1, (
+        "the probe did not go back to the line")
+    assert any(at <= grace_over <= at + stall for at, stall in log.stalled), (
+        "the loop no longer stalls over the end of the grace")
+    assert [c.offset for c in log.calls
+            if c.pod == first.name and c.started > grace_over] == []
     assert check(log) == []
