@@ -293,7 +293,7 @@ def _draw_cut_writes_land(seed: int, scenario: Scenario) -> None:
 
 def _draw_stop_cut_then_kill(seed: int, run_s: float, scenario: Scenario) -> None:
     """A stop whose writes are held longer than its drain's grace (its node failing), then
-    the next owner killed mid-call (`World.stop_slow_then_kill`): the drain cuts off the wait
+    the next owner killed mid-call (`World.stop_held_then_kill`): the drain cuts off the wait
     records of the records it leaves, still sent, and they land after the next owner's writes
     of the same records. Each of the two defects of 2026-11-28's stop needed that conjunction,
     which the other draws met once in thousands of seeds. Drawn from a stream of its own, like
@@ -301,7 +301,7 @@ def _draw_stop_cut_then_kill(seed: int, run_s: float, scenario: Scenario) -> Non
     rng = random.Random(f"stop-cut-kill/{seed}")
     if scenario.flags.get("mode") == "batch" or rng.random() >= 0.12:
         return
-    scenario.events.append((rng.uniform(0.5, run_s), "stop_slow_then_kill"))
+    scenario.events.append((rng.uniform(0.5, run_s), "stop_held_then_kill"))
     scenario.events.sort()
     if scenario.write_faults.lands_after_cut == 0.0:
         scenario.write_faults.lands_after_cut = rng.choice([0.5, 1.0])
@@ -448,7 +448,7 @@ class Call:
 
 
 # The events that stop pods (`World._stop`).
-STOPS = ("sigterm_commits_fail", "leave", "sigterm", "stop_all_away", "stop_slow_then_kill")
+STOPS = ("sigterm_commits_fail", "leave", "sigterm", "stop_all_away", "stop_held_then_kill")
 
 
 @dataclass
@@ -796,7 +796,7 @@ class World:
         if self._live:
             await self.cluster.rebalance([INPUT])
 
-    async def stop_slow_then_kill(self, name: str) -> None:
+    async def stop_held_then_kill(self, name: str) -> None:
         """Pod `name` loses its way to the partitions' leaders for a spell longer than its
         drain's grace and the close after it (its node failing, so it is stopped too): every
         write it sends in the spell lands when the spell ends, in the order sent, as a leader
@@ -947,7 +947,7 @@ class World:
                 await self.sigterm(name)
             await asyncio.sleep(self.settings.wait_expiration + self.rng.uniform(0.5, 3.0))
         else:
-            await self.stop_slow_then_kill(self.rng.choice(names))
+            await self.stop_held_then_kill(self.rng.choice(names))
 
     async def _fault_during_revoke(self, what: str, names: list[str]) -> None:
         """A rebalance, and while its revokes wait, a kill -9 of one pod or a spell of failing
