@@ -322,38 +322,54 @@ def test_no_hole_is_called_once_the_grace_is_over_on_a_stalled_loop(
     assert check(log) == []
 
 
-def test_no_circuit_probe_is_called_again_once_the_grace_is_over_on_a_stalled_loop() -> None:
-    """A circuit probe whose call timed out goes back to the call line, and a stop does not
-    leave it (it was called, so it is committable): it may be called again within the grace
-    only. With no hole left, the call slots stay open after the grace, and the probe's wait
-    for a slot once looked at its partition's ownership alone: on a loop stalled over the end
-    of the grace, the line's timer, due before the drain's, handed it a slot in the same late
-    turn and its call started after the grace (the race of `sweep.py --seed 84533` on the
-    probe's path). A probe's wait now reads the grace off the clock too (DESIGN.md,
-    "Stopping").
+@pytest.mark.parametrize(("waiting", "first_prepare_s", "stop_at_s", "grace_s", "stall"), [
+    ("a hole", 0.5, 1.2, 0.55, (1.65, 0.2)),
+    ("a circuit probe sent back to the line", 0.0, 2.8, 0.6, (3.2, 0.3)),
+])
+def test_nothing_waiting_for_a_slot_is_called_once_the_grace_is_over_on_a_stalled_loop(
+        waiting: str, first_prepare_s: float, stop_at_s: float, grace_s: float,
+        stall: tuple[float, float]) -> None:
+    """The two records a stop still calls within its grace, a hole (below a record called)
+    and a circuit probe whose call timed out (called: a stop does not leave it), wait for a
+    call slot while the circuit is open. The circuit half-opens within the grace; the line's
+    next look is due just before the grace ends; the loop is held over both. In that late turn
+    the line's timer, due before the drain's, hands the waiting record a slot: its wait once
+    looked at its partition's ownership and the stop's mark, not at the clock, so its call
+    started after the grace, to be cut off at once (`sweep.py --seed 84533` found the hole;
+    the probe's path had the same race). Whether the grace is over is read off the loop's
+    clock now (DESIGN.md, "Stopping").
 
-    Timeline: @0 times out (0.1-1.1 s) and opens the circuit; @1, the half-open circuit's
-    probe, times out (1.6-2.6 s) and goes back to the line; the stop comes at 2.8 s with a
-    grace of 0.6 s; the circuit half-opens at 3.1 s; the line's next look is due at 3.3 s; the
-    loop is held from 3.2 s to 3.5 s, over the grace's end."""
+    The hole: @1 is called at 0.1 s, fails and opens the circuit (open 1.5 s), @0's prepare
+    lands at 0.5 s; the stop at 1.2 s (grace 0.55 s); the look due at 1.7 s; the loop held
+    1.65-1.85 s. The probe: @0 times out (0.1-1.1 s), @1, the half-open circuit's probe, times
+    out (1.6-2.6 s) and goes back to the line; the stop at 2.8 s (grace 0.6 s); the circuit
+    half-opens at 3.1 s, the look is due at 3.3 s; the loop held 3.2-3.5 s."""
     async def stop(world: World) -> None:
-        await asyncio.sleep(2.8)
+        await asyncio.sleep(stop_at_s)
         await world.sigterm("a")
 
-    log = simulate(quiet({"concurrency": 2, "deadline": 1.0, "drain_grace": 0.6,
+    log = simulate(quiet({"concurrency": 2, "deadline": 1.0, "drain_grace": grace_s,
                           "circuit_breaker": "min-calls=1,open=1.5s,probes=1,window=10s"},
                          inputs=[Input(b"k0", b"v0"), Input(b"k1", b"v1")], records=2,
-                         script=stop, handle=Outage(100.0), stalls=(3.2, 0.01, 1.0, 0.3)))
+                         script=stop, handle=Outage(100.0), stalls=(*stall[:1], 0.01, 1.0,
+                                                                    stall[1]),
+                         before_write=delayed_prepares({b"v0": first_prepare_s})
+                         if first_prepare_s else None))
     first = log.pods[0]
     assert first.stop_asked_at is not None
-    grace_over = first.stop_asked_at + log.settings.drain_grace
-    probe = [c for c in log.calls if c.pod == first.name and c.offset == 1]
-    assert probe and probe[0].ended is not None and probe[0].ended < first.stop_asked_at, (
-        "the probe's call did not time out before the stop")
-    assert first.metrics.probes_returned.collect()[0].samples[0].value == 1, (
-        "the probe did not go back to the line")
-    assert any(at <= grace_over <= at + stall for at, stall in log.stalled), (
+    before_the_stop = {c.offset: c for c in log.calls
+                       if c.pod == first.name and c.started < first.stop_asked_at}
+    if waiting == "a hole":
+        assert sorted(before_the_stop) == [1], "@0 was no hole below a record called"
+    else:
+        probe = before_the_stop.get(1)
+        assert probe is not None and probe.ended is not None, "no probe call before the stop"
+        assert probe.ended < first.stop_asked_at, "the probe's call did not end before the stop"
+        assert first.metrics.probes_returned.collect()[0].samples[0].value == 1, (
+            "the probe did not go back to the line")
+    grace_over = first.stop_asked_at + grace_s
+    assert any(at <= grace_over <= at + held for at, held in log.stalled), (
         "the loop no longer stalls over the end of the grace")
     assert [c.offset for c in log.calls
-            if c.pod == first.name and c.started > grace_over] == []
+            if c.pod == first.name and c.started > grace_over] == [], waiting
     assert check(log) == []
