@@ -351,8 +351,8 @@ def test_nothing_waiting_for_a_slot_is_called_once_the_grace_is_over_on_a_stalle
     log = simulate(quiet({"concurrency": 2, "deadline": 1.0, "drain_grace": grace_s,
                           "circuit_breaker": "min-calls=1,open=1.5s,probes=1,window=10s"},
                          inputs=[Input(b"k0", b"v0"), Input(b"k1", b"v1")], records=2,
-                         script=stop, handle=Outage(100.0), stalls=(*stall[:1], 0.01, 1.0,
-                                                                    stall[1]),
+                         script=stop, handle=Outage(100.0),
+                         stalls=(stall[0], 0.01, 1.0, stall[1]),  # one stall: (from, held)
                          before_write=delayed_prepares({b"v0": first_prepare_s})
                          if first_prepare_s else None))
     first = log.pods[0]
