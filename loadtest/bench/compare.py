@@ -50,6 +50,7 @@ from loadtest.harness.measure import (
 )
 from loadtest.harness.processes import (
     HarnessError,
+    MockProcess,
     get_json,
     get_metrics,
     spawn,
@@ -115,14 +116,14 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     tag = f"{scenario}-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
-    await create_topic(bootstrap, topic, spec.partitions)
-    await _produce_reporting(bootstrap, topic, spec, on_progress)
-
     metrics_port, pod_log = free_port(), work_dir / f"{tag}-pod.log"
-    mock = spawn_mock(spec.model, work_dir / f"{tag}-mock.log", "--hang-s",
-                      str(spec.deadline_s * 2))
+    mock: MockProcess | None = None
     pod: subprocess.Popen[bytes] | None = None
-    try:
+    await create_topic(bootstrap, topic, spec.partitions)
+    try:  # from here on the topic is deleted, however the run ends (a Ctrl-C in its backlog)
+        await _produce_reporting(bootstrap, topic, spec, on_progress)
+        mock = spawn_mock(spec.model, work_dir / f"{tag}-mock.log", "--hang-s",
+                          str(spec.deadline_s * 2))
         async with aiohttp.ClientSession() as session:
             await mock.answering(session)
             pod = spawn(loop_args(spec, topic, group, mock.url, bootstrap=bootstrap,
@@ -134,7 +135,8 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     finally:
         if pod is not None:
             stop(pod)
-        stop(mock.process)
+        if mock is not None:
+            stop(mock.process)
         if not keep_topics:
             await delete_run_topics(bootstrap, topic)
 

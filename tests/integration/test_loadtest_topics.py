@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from loadtest.bench.compare import run_one
+from loadtest.bench.scenarios import RunSpec
 from loadtest.harness.topics import create_topic, delete_run_topics
 
 pytestmark = pytest.mark.integration
@@ -48,3 +51,28 @@ async def test_deleting_on_an_unreachable_broker_warns_and_names_nothing(
     """Called in a run's cleanup: it must not raise in place of the run's own outcome."""
     assert await delete_run_topics("127.0.0.1:9", "lt-nothing") == []
     assert "could not delete the topics of lt-nothing" in caplog.text
+
+
+async def test_a_run_cut_off_while_it_writes_its_backlog_deletes_its_topic(
+        kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path) -> None:
+    """A run stopped (Ctrl-C) while it writes its backlog, before its mock and its loop are
+    up, still deletes the topic it made: the topic, its records written so far, is no use to
+    any later run."""
+    scenario = unique_name("cut")
+    prefix = f"lt-{scenario}-"
+    spec = RunSpec("at-least-once", 10, "fixed:100", 2_000_000, max_duration_s=60.0)
+    run = asyncio.create_task(run_one(scenario, spec, kafka_bootstrap, tmp_path))
+    deadline = time.monotonic() + 60
+    while not any(t.startswith(prefix) for t in await _topics(kafka_bootstrap)):
+        assert time.monotonic() < deadline and not run.done(), "the run made no topic"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # records on their way
+    assert not run.done(), "the backlog was written already: nothing was cut off"
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+    deadline = time.monotonic() + 30
+    while left := {t for t in await _topics(kafka_bootstrap) if t.startswith(prefix)}:
+        assert time.monotonic() < deadline, f"still listed: {left}"
+        await asyncio.sleep(0.2)
