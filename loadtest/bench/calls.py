@@ -47,7 +47,7 @@ from loadtest.harness.processes import (
     spawn_mock,
     stop,
 )
-from loadtest.harness.topics import create_topic, delete_run_topics
+from loadtest.harness.topics import run_topic
 from loadtest.mock.generator import produce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,27 +182,27 @@ async def count_calls(loops: Sequence[str], spec: RunSpec, bootstrap: str, work_
 
 async def _count_one(rig: _Rig, spec: RunSpec) -> CallCount:
     tag = f"calls-{spec.mode}-{spec.concurrency}-{time.time_ns() % 10**9}"
-    await create_topic(rig.bootstrap, tag)
-    await produce(rig.bootstrap, tag, spec.records, progress=False, keys=spec.keys)
     out, log = rig.work_dir / f"{tag}.json", rig.work_dir / f"{tag}.log"
-    child = spawn(loop_args(spec, tag, tag, rig.url, bootstrap=rig.bootstrap,
-                            metrics_port=free_port()),
-                  log, env={OUT_ENV: str(out), "PYTHONPATH": rig.python_path})
-    try:
-        start_calls = await mock_calls_seen(rig.session, rig.url)
-        seen = []
-        for share, signum in ((START_SHARE, signal.SIGUSR1), (END_SHARE, signal.SIGUSR2)):
-            seen.append(await await_mock_calls(rig.session, rig.url, share * spec.records, child,
-                                               log, since=start_calls, timeout_s=900.0))
-            child.send_signal(signum)
-        deadline = time.monotonic() + 60
-        while not await asyncio.to_thread(out.exists):  # written whole, then renamed
-            if child.poll() is not None or time.monotonic() > deadline:
-                raise HarnessError(f"{spec.mode}: wrote no counts to {out}; see {log}")
-            await asyncio.sleep(0.1)
-    finally:
-        await asyncio.to_thread(stop, child)
-        await delete_run_topics(rig.bootstrap, tag)
+    async with run_topic(rig.bootstrap, tag):
+        await produce(rig.bootstrap, tag, spec.records, progress=False, keys=spec.keys)
+        child = spawn(loop_args(spec, tag, tag, rig.url, bootstrap=rig.bootstrap,
+                                metrics_port=free_port()),
+                      log, env={OUT_ENV: str(out), "PYTHONPATH": rig.python_path})
+        try:
+            start_calls = await mock_calls_seen(rig.session, rig.url)
+            seen = []
+            for share, signum in ((START_SHARE, signal.SIGUSR1), (END_SHARE, signal.SIGUSR2)):
+                seen.append(await await_mock_calls(rig.session, rig.url, share * spec.records,
+                                                   child, log, since=start_calls,
+                                                   timeout_s=900.0))
+                child.send_signal(signum)
+            deadline = time.monotonic() + 60
+            while not await asyncio.to_thread(out.exists):  # written whole, then renamed
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise HarnessError(f"{spec.mode}: wrote no counts to {out}; see {log}")
+                await asyncio.sleep(0.1)
+        finally:
+            await asyncio.to_thread(stop, child)
     data = json.loads(await asyncio.to_thread(out.read_text))
     return CallCount(spec.mode, int(spec.concurrency), seen[1] - seen[0], data["python"],
                      data["c"])

@@ -50,7 +50,6 @@ from loadtest.harness.measure import (
 )
 from loadtest.harness.processes import (
     HarnessError,
-    MockProcess,
     get_json,
     get_metrics,
     spawn,
@@ -58,7 +57,7 @@ from loadtest.harness.processes import (
     stop,
     wait_http,
 )
-from loadtest.harness.topics import create_topic, delete_run_topics
+from loadtest.harness.topics import run_topic
 from loadtest.mock.generator import produce
 from loadtest.mock.latency import ERROR_STATUS, parse_model
 
@@ -117,28 +116,25 @@ async def run_one(scenario: str, spec: RunSpec, bootstrap: str, work_dir: Path,
     topic, group = f"lt-{tag}", f"lt-{tag}"
     on_progress(f"{spec.mode} N={spec.concurrency}: producing {spec.records:,} records")
     metrics_port, pod_log = free_port(), work_dir / f"{tag}-pod.log"
-    mock: MockProcess | None = None
-    pod: subprocess.Popen[bytes] | None = None
-    await create_topic(bootstrap, topic, spec.partitions)
-    try:  # from here on the topic is deleted, however the run ends (a Ctrl-C in its backlog)
+    async with run_topic(bootstrap, topic, spec.partitions, keep=keep_topics):
         await _produce_reporting(bootstrap, topic, spec, on_progress)
         mock = spawn_mock(spec.model, work_dir / f"{tag}-mock.log", "--hang-s",
                           str(spec.deadline_s * 2))
-        async with aiohttp.ClientSession() as session:
-            await mock.answering(session)
-            pod = spawn(loop_args(spec, topic, group, mock.url, bootstrap=bootstrap,
-                                  metrics_port=metrics_port), pod_log)
-            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-            await wait_http(session, metrics_url, pod, pod_log)
-            samples, last_metrics = await _sample(session, metrics_url, pod, spec, on_progress)
-            stats = await get_json(session, f"{mock.url}stats")
-    finally:
-        if pod is not None:
-            stop(pod)
-        if mock is not None:
+        pod: subprocess.Popen[bytes] | None = None
+        try:
+            async with aiohttp.ClientSession() as session:
+                await mock.answering(session)
+                pod = spawn(loop_args(spec, topic, group, mock.url, bootstrap=bootstrap,
+                                      metrics_port=metrics_port), pod_log)
+                metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+                await wait_http(session, metrics_url, pod, pod_log)
+                samples, last_metrics = await _sample(session, metrics_url, pod, spec,
+                                                      on_progress)
+                stats = await get_json(session, f"{mock.url}stats")
+        finally:
+            if pod is not None:
+                stop(pod)
             stop(mock.process)
-        if not keep_topics:
-            await delete_run_topics(bootstrap, topic)
 
     window = steady_state(samples, total=spec.records, warmup_s=spec.warmup_s)
     if window is None:

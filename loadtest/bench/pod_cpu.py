@@ -18,9 +18,10 @@ run one after the other saw drift of ±10% between runs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from loadtest.harness.processes import (
     spawn_mock,
     stop,
 )
-from loadtest.harness.topics import create_topic, delete_run_topics
+from loadtest.harness.topics import run_topic
 from loadtest.mock.generator import produce
 
 MODEL = "fixed:50"
@@ -95,11 +96,13 @@ class _Bench:
         return await mock_calls_seen(self.session, self.mock_url)
 
 
-async def _backlog(bench: _Bench, index: int, window: int, records: int) -> str:
+@contextlib.asynccontextmanager
+async def _backlog(bench: _Bench, index: int, window: int, records: int) -> AsyncIterator[str]:
+    """A topic of `records` records for one variant's sample, deleted after it."""
     tag = f"cpu-{index}-{window}-{time.time_ns() % 10**9}"
-    await create_topic(bench.bootstrap, tag)
-    await produce(bench.bootstrap, tag, records, progress=False)
-    return tag
+    async with run_topic(bench.bootstrap, tag):
+        await produce(bench.bootstrap, tag, records, progress=False)
+        yield tag
 
 
 async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records: int,
@@ -125,7 +128,6 @@ async def _measure_one(bench: _Bench, variant: PodVariant, window: int, records:
             samples.append((cpu.user + cpu.system, done, time.monotonic()))
     finally:
         await asyncio.to_thread(stop, pod)
-        await delete_run_topics(bench.bootstrap, tag)
     (cpu0, calls0, t0), (cpu1, calls1, t1) = samples
     calls = calls1 - calls0
     return CpuSample(variant.name, window, calls, 1000 * (cpu1 - cpu0) / calls,
@@ -157,10 +159,12 @@ async def measure_pod_cpu(bootstrap: str, work_dir: Path, windows: Sequence[int]
                     order = list(range(len(variants)))
                     if round_ % 2:
                         order.reverse()
-                    tags = {i: await _backlog(benches[i], i, window, records) for i in order}
-                    taken = await asyncio.gather(*(
-                        _measure_one(benches[i], variants[i], window, records, tags[i])
-                        for i in order))
+                    async with contextlib.AsyncExitStack() as backlogs:
+                        tags = {i: await backlogs.enter_async_context(
+                            _backlog(benches[i], i, window, records)) for i in order}
+                        taken = await asyncio.gather(*(
+                            _measure_one(benches[i], variants[i], window, records, tags[i])
+                            for i in order))
                     samples.extend(taken)
                     if on_sample is not None:
                         for sample in taken:

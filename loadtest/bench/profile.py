@@ -51,7 +51,7 @@ from loadtest.harness.processes import (
     spawn_mock,
     stop,
 )
-from loadtest.harness.topics import create_topic, delete_run_topics
+from loadtest.harness.topics import run_topic
 from loadtest.mock.generator import produce
 
 MODEL = "fixed:100"  # as the overhead scenario: one call 100 ms, so N / 0.1 s is the bound
@@ -285,35 +285,34 @@ async def _profile_once(profile: LoopProfile, bootstrap: str, work_dir: Path, *,
     spec = RunSpec(profile.mode, profile.window, MODEL, records)
     tag = f"profile-{profile.mode}-{profile.window}-{time.time_ns() % 10**9}"
     on_progress(f"{profile.mode} N={profile.window}: producing {records:,} records")
-    await create_topic(bootstrap, tag, spec.partitions)
-    await produce(bootstrap, tag, records, progress=False)
-    mock = spawn_mock(MODEL, work_dir / f"{tag}-mock.log")
-    loop = None
-    try:
-        async with aiohttp.ClientSession() as session:
-            url = mock.url
-            await mock.answering(session)
-            loop = spawn(loop_args(spec, tag, tag, url, bootstrap=bootstrap,
-                                   metrics_port=free_port()), work_dir / f"{tag}.log",
-                         env={"PYTHONPERFSUPPORT": "1"} if sampler == "perf" else None)
-            process = psutil.Process(loop.pid)
-            calls = await await_mock_calls(session, url, START_SHARE * records, loop,
-                                           work_dir / f"{tag}.log")
-            on_progress(f"{profile.mode} N={profile.window}: sampling for {seconds:g} s")
-            before = process.cpu_times()
-            started = time.monotonic()
-            await _sample(sampler, loop.pid, seconds, rate, work_dir / f"{tag}.raw")
-            after = process.cpu_times()
-            ended = time.monotonic()
-            called = await mock_calls_seen(session, url) - calls
-            if called >= records - calls:
-                raise HarnessError(f"{tag}: the backlog ran out while sampled; give it more "
-                                   "records (--records)")
-    finally:
-        if loop is not None:
-            await asyncio.to_thread(stop, loop)
-        await asyncio.to_thread(stop, mock.process)
-        await delete_run_topics(bootstrap, tag)
+    async with run_topic(bootstrap, tag, spec.partitions):
+        await produce(bootstrap, tag, records, progress=False)
+        mock = spawn_mock(MODEL, work_dir / f"{tag}-mock.log")
+        loop = None
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = mock.url
+                await mock.answering(session)
+                loop = spawn(loop_args(spec, tag, tag, url, bootstrap=bootstrap,
+                                       metrics_port=free_port()), work_dir / f"{tag}.log",
+                             env={"PYTHONPERFSUPPORT": "1"} if sampler == "perf" else None)
+                process = psutil.Process(loop.pid)
+                calls = await await_mock_calls(session, url, START_SHARE * records, loop,
+                                               work_dir / f"{tag}.log")
+                on_progress(f"{profile.mode} N={profile.window}: sampling for {seconds:g} s")
+                before = process.cpu_times()
+                started = time.monotonic()
+                await _sample(sampler, loop.pid, seconds, rate, work_dir / f"{tag}.raw")
+                after = process.cpu_times()
+                ended = time.monotonic()
+                called = await mock_calls_seen(session, url) - calls
+                if called >= records - calls:
+                    raise HarnessError(f"{tag}: the backlog ran out while sampled; give it "
+                                       "more records (--records)")
+        finally:
+            if loop is not None:
+                await asyncio.to_thread(stop, loop)
+            await asyncio.to_thread(stop, mock.process)
     with (work_dir / f"{tag}.raw").open() as raw:
         if sampler == "perf":
             components, functions = perf_tally(raw)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -41,6 +43,20 @@ async def create_topic(kafka: KafkaTarget, topic: str, partitions: int = INPUT_P
             await asyncio.sleep(0.05)
     finally:
         await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def run_topic(kafka: KafkaTarget, tag: str, partitions: int = INPUT_PARTITIONS, *,
+                    keep: bool = False) -> AsyncIterator[str]:
+    """A run's input topic `tag`, made on entry; on exit, however the run ends (a Ctrl-C while
+    its backlog is written, a pod that does not start), it and the topics named after it are
+    deleted (`delete_run_topics`), unless `keep` (to look into them)."""
+    await create_topic(kafka, tag, partitions)
+    try:
+        yield tag
+    finally:
+        if not keep:
+            await delete_run_topics(kafka, tag)
 
 
 async def delete_run_topics(kafka: KafkaTarget, tag: str) -> list[str]:

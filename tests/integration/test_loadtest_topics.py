@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from loadtest.bench.compare import run_one
 from loadtest.bench.scenarios import RunSpec
-from loadtest.harness.topics import create_topic, delete_run_topics
+from loadtest.harness.topics import create_topic, delete_run_topics, run_topic
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +76,25 @@ async def test_a_run_cut_off_while_it_writes_its_backlog_deletes_its_topic(
     while left := {t for t in await _topics(kafka_bootstrap) if t.startswith(prefix)}:
         assert time.monotonic() < deadline, f"still listed: {left}"
         await asyncio.sleep(0.2)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+async def test_a_run_topic_is_deleted_when_its_run_fails_unless_kept(
+        kafka_bootstrap: str, unique_name: Callable[[str], str], keep: bool) -> None:
+    """`run_topic` makes the run's topic on entry; a run that fails inside it leaves no topic
+    behind, unless asked to keep its topics (to look into them)."""
+    tag = unique_name("lt-failed")
+
+    async def failing_run() -> None:
+        async with run_topic(kafka_bootstrap, tag, partitions=1, keep=keep):
+            await create_topic(kafka_bootstrap, f"{tag}.wait", partitions=1)  # as a pod does
+            assert {tag, f"{tag}.wait"} <= await _topics(kafka_bootstrap)
+            raise RuntimeError("the run failed")
+
+    with pytest.raises(RuntimeError, match="the run failed"):
+        await failing_run()
+    deadline = time.monotonic() + 30
+    while (left := await _topics(kafka_bootstrap) & {tag, f"{tag}.wait"}) and not keep:
+        assert time.monotonic() < deadline, f"still listed: {left}"
+        await asyncio.sleep(0.2)
+    assert left == ({tag, f"{tag}.wait"} if keep else set())
