@@ -51,8 +51,8 @@ async def run_topic(kafka: KafkaTarget, tag: str, partitions: int = INPUT_PARTIT
     """A run's input topic `tag`, made on entry; on exit, however the run ends (a Ctrl-C while
     its backlog is written, a pod that does not start), it and the topics named after it are
     deleted (`delete_run_topics`), unless `keep` (to look into them)."""
-    await create_topic(kafka, tag, partitions)
-    try:
+    try:  # a run cut off while its topic is being made deletes it too
+        await create_topic(kafka, tag, partitions)
         yield tag
     finally:
         if not keep:
